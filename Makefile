@@ -1,0 +1,39 @@
+# felab: the front door. `make` alone lists the targets; each `## ` comment is its help line.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-dev
+
+.DEFAULT_GOAL := help
+.PHONY: help setup demo mock check smoke test lint
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert (3, 10) <= sys.version_info[:2] <= (3, 13), "felab needs Python 3.10 to 3.13, this is " + sys.version.split()[0]'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+setup: $(STAMP) ## create .venv and install the kit (the other targets do this for you)
+
+demo: $(STAMP) ## lesson 06 on the practice server: opening first and time first, one table
+	@$(PY) -m felab demo
+
+mock: $(STAMP) ## run the practice server in the foreground on port 8765 (Ctrl+C stops it)
+	@$(PY) -m felab.mock_server
+
+check: $(STAMP) ## which servers are up, each target's URL and model, whether FIREWORKS_API_KEY is set
+	@$(PY) -m felab check
+
+smoke: $(STAMP) ## every lesson script against a fresh practice server, in quick mode
+	@$(PY) -m felab smoke
+
+lint: $(STAMP) ## ruff over the kit
+	$(PY) -m ruff check felab lessons tests
+
+test: lint ## lint, then the test suite (fast, offline)
+	$(PY) -m pytest

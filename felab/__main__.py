@@ -1,0 +1,5 @@
+"""`python -m felab ...` runs the felab command line."""
+
+from felab.cli import cli
+
+cli()

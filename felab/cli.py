@@ -1,0 +1,134 @@
+"""The felab command line: the work behind the Makefile's front door.
+
+    felab check        which servers are up, and whether the Fireworks key is set
+    felab demo         lesson 06 on a fresh practice server, both orders, one table
+    felab smoke        every lesson script against a fresh practice server, quick mode
+
+`make help` lists the Make targets that call these.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import click
+import openai
+
+from felab.errors import EXIT_ERROR, FelabError
+from felab.lessons import LESSONS_DIR, discover
+from felab.paths import KIT_ROOT, load_env
+from felab.practice import practice_server
+from felab.report import table
+from felab.results import read_records, results_path
+from felab.targets import TARGETS, default_url
+
+PREFIX_BENCH = LESSONS_DIR / "06-prefix-caching" / "prefix_bench.py"
+
+
+class FelabGroup(click.Group):
+    """Turns a FelabError into its one-paragraph message and exit status 2."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except FelabError as exc:
+            if os.environ.get("FELAB_DEBUG"):
+                raise
+            click.echo(f"error: {exc.message}", err=True)
+            ctx.exit(EXIT_ERROR)
+
+
+@click.group(cls=FelabGroup, context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """felab: the inference-engineering lab kit."""
+
+
+@cli.command()
+def check() -> None:
+    """Show which local servers are up (URL and model) and whether FIREWORKS_API_KEY is set.
+
+    Never prints the key itself.
+    """
+    load_env()
+    rows = []
+    for name, spec in TARGETS.items():
+        url = default_url(name)
+        if spec.paid:
+            have = bool(os.environ.get(spec.key_env or "", "").strip())
+            state = f"{spec.key_env} is set" if have else f"{spec.key_env} is NOT set (see .env.example)"
+            rows.append({"target": name, "url": url, "status": state, "model": spec.model})
+            continue
+        probe = openai.OpenAI(base_url=url, api_key="not-needed", max_retries=0, timeout=2.0)
+        try:
+            ids = [m.id for m in probe.models.list()]
+            status, model = "up", (spec.model or ", ".join(ids[:3]) or "no model")
+        except openai.APIStatusError as exc:  # answering, but /v1/models is not what we expect
+            status, model = f"up (HTTP {exc.status_code} on /v1/models)", spec.model or "?"
+        except openai.OpenAIError:
+            status, model = f"down (start: {spec.start_hint})", spec.model or "asked from the server"
+        rows.append({"target": name, "url": url, "status": status, "model": model})
+    click.echo(table(rows))
+
+
+def _run_script(script: str, *args: str, env: dict[str, str] | None = None) -> int:
+    """Run a lesson script as a learner would, its output going to this terminal."""
+    return subprocess.call([sys.executable, script, *args], cwd=os.path.dirname(script), env=env)
+
+
+@cli.command()
+def demo() -> None:
+    """Lesson 06 on a fresh practice server: opening first, then time first; one table."""
+    before = len(read_records("06-prefix"))
+    with practice_server() as url:
+        for order in ("stable-first", "variable-first"):
+            click.echo(f"\n$ python prefix_bench.py --target mock --order {order}")
+            code = _run_script(str(PREFIX_BENCH), "--target", "mock", "--base-url", url, "--order", order)
+            if code:
+                raise FelabError(f"prefix_bench.py --order {order} failed (exit {code}); see above.")
+    rows = read_records("06-prefix")[before:]
+    columns = ("target", "order", "first_ms", "rest_p50_ms", "speedup_x", "cache_hit_pct")
+    click.echo(f"\nLesson 06 on the practice server (recorded in {results_path('06-prefix')}):\n")
+    click.echo(table([{k: r.get(k) for k in columns} for r in rows]))
+
+
+@cli.command()
+def smoke() -> None:
+    """Run every lesson's scripts against a fresh practice server in quick mode.
+
+    Results go to a temporary folder, not to your results/.
+    """
+    lessons = discover()
+    rows, failed = [], 0
+    with tempfile.TemporaryDirectory() as tmp, practice_server() as url:
+        env = {**os.environ, "FELAB_RESULTS_DIR": tmp}
+        for lesson in lessons:
+            for script in lesson.scripts():
+                t0 = time.perf_counter()
+                proc = subprocess.run(
+                    [sys.executable, str(script), "--target", "mock", "--base-url", url, "--quick"],
+                    cwd=lesson.path,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                )
+                ok = proc.returncode == 0
+                failed += not ok
+                rows.append(
+                    {
+                        "lesson": lesson.name,
+                        "script": script.name,
+                        "result": "ok" if ok else f"FAILED (exit {proc.returncode})",
+                        "seconds": round(time.perf_counter() - t0, 1),
+                    }
+                )
+                if not ok:
+                    click.echo(
+                        f"--- {lesson.name}/{script.name} output ---\n{proc.stdout}{proc.stderr}", err=True
+                    )
+    click.echo(table(rows) if rows else f"no lesson scripts found under {LESSONS_DIR.relative_to(KIT_ROOT)}/")
+    if failed:
+        raise FelabError(f"{failed} lesson script(s) failed against the practice server; output above.")

@@ -1,0 +1,380 @@
+"""The practice server: an OpenAI-compatible server that behaves like a real one, offline.
+
+    python -m felab.mock_server            # or: make mock
+    curl http://127.0.0.1:8765/v1/models
+
+What it models, each in one short place:
+- the prefix cache: felab/prefix_cache.py (`PrefixCache.uncached_tokens()`);
+- the timing: felab/timing.py (overhead + prefill of the uncached tokens, then decode).
+
+What it serves: `POST /v1/chat/completions` (streamed or not), `GET /v1/models`,
+`GET /health`, and `POST /admin/reset`, which empties the prefix cache without
+a restart. Usage reports `prompt_tokens_details.cached_tokens` as vLLM,
+SGLang and Fireworks do. Every error uses OpenAI's envelope
+`{"error": {"message", "type", "param", "code"}}` with a 4xx status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import socket
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import click
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from felab.prefix_cache import PrefixCache, tokenize
+from felab.timing import PrefillLane, TimingModel
+
+DEFAULT_PORT = 8765
+MODEL_ID = "felab-practice"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the practice server can be told (each is a flag of `python -m felab.mock_server`)."""
+
+    model: str = MODEL_ID
+    timing: TimingModel = field(default_factory=TimingModel)
+    cache_blocks: int = 4096
+    context_tokens: int = 131_072
+    max_body_bytes: int = 8 * 1024 * 1024
+    default_max_tokens: int = 16
+
+
+# ── Requests ──────────────────────────────────────────────────────────────────
+
+
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, list):
+            return "".join(part.text for part in self.content)
+        return self.content or ""
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class ChatRequest(BaseModel):
+    """The fields the practice server reads; other OpenAI fields are accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str = Field(min_length=1)
+    messages: list[Message] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=1, le=131_072)
+    max_completion_tokens: int | None = Field(None, ge=1, le=131_072)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+
+
+def chat_template(messages: list[Message]) -> str:
+    """A plain chat template: each message as `<|role|>` and its text, then the reply's opening."""
+    return "".join(f"<|{m.role}|>\n{m.text()}\n" for m in messages) + "<|assistant|>\n"
+
+
+# ── Errors in OpenAI's shape ─────────────────────────────────────────────────
+
+
+class ApiError(Exception):
+    def __init__(
+        self, status: int, message: str, type_: str, param: str | None = None, code: str | None = None
+    ):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
+
+
+def error_response(status: int, message: str, type_: str, param: str | None = None, code: str | None = None):
+    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    return JSONResponse(body, status_code=status)
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    first = exc.errors()[0] if exc.errors() else {}
+    if first.get("type") == "json_invalid":
+        return "The request body is not valid JSON.", None
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    param = ".".join(loc) or None
+    return f"Invalid value for '{param or 'body'}': {first.get('msg', 'invalid request')}.", param
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class BodySizeLimit:
+    """ASGI middleware: refuse bodies over the limit with 413, whether or not they declare a length."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        scope["felab_arrival"] = asyncio.get_running_loop().time()  # before the body is read and parsed
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared and declared.isdigit() and int(declared) > self.limit:
+            return await self._refuse(send)
+        seen = 0
+
+        async def counting_receive() -> dict:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise BodyTooLarge
+            return message
+
+        try:
+            await self.app(scope, counting_receive, send)
+        except BodyTooLarge:
+            await self._refuse(send)
+
+    async def _refuse(self, send: Any) -> None:
+        response = error_response(
+            413, f"Request body larger than {self.limit} bytes.", "invalid_request_error"
+        )
+        await response({"type": "http"}, None, send)
+
+
+# ── The server ───────────────────────────────────────────────────────────────
+
+
+@dataclass
+class ServerState:
+    """All mutable state, kept on the app (no module-level globals)."""
+
+    settings: Settings
+    cache: PrefixCache
+    lane: PrefillLane = field(default_factory=PrefillLane)
+    ids: itertools.count = field(default_factory=itertools.count)
+
+
+WORDS = ("This", " is", " the", " practice", " server", " answering", " with", " placeholder", " words", ".")
+
+
+def reply_tokens(n: int) -> list[str]:
+    """The generated text: placeholder words, one token each (the practice server has no model)."""
+    return [WORDS[i % len(WORDS)] for i in range(n)]
+
+
+async def sleep_until(loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+    delay = deadline - loop.time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the practice server's app; `uvicorn` or a test serves it."""
+    settings = settings or Settings()
+    app = FastAPI(title="felab practice server", docs_url=None, redoc_url=None, openapi_url=None)
+    state = ServerState(settings, PrefixCache(settings.cache_blocks))
+    app.state.felab = state
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        message, param = _validation_message(exc)
+        return error_response(400, message, "invalid_request_error", param)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        text = {404: "Unknown route.", 405: "Method not allowed on this route."}.get(
+            exc.status_code, str(exc.detail)
+        )
+        return error_response(exc.status_code, text, "invalid_request_error")
+
+    @app.exception_handler(ApiError)
+    async def _api(_: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status, exc.message, exc.type, exc.param, exc.code)
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        entry = {"id": settings.model, "object": "model", "created": 0, "owned_by": "felab"}
+        return {"object": "list", "data": [entry]}
+
+    @app.post("/admin/reset")
+    async def reset() -> dict:
+        """Forget every cached block, as a restart would."""
+        cleared = len(state.cache)
+        state.cache.clear()
+        return {"cleared_blocks": cleared}
+
+    @app.post("/v1/chat/completions")
+    async def chat(req: ChatRequest, request: Request) -> Any:
+        if req.model != settings.model:
+            raise ApiError(
+                404,
+                f"The model `{req.model}` does not exist.",
+                "invalid_request_error",
+                "model",
+                "model_not_found",
+            )
+        tokens = tokenize(chat_template(req.messages))
+        max_tokens = req.max_completion_tokens or req.max_tokens or settings.default_max_tokens
+        if len(tokens) + max_tokens > settings.context_tokens:
+            raise ApiError(
+                400,
+                f"This model's maximum context length is {settings.context_tokens} tokens; "
+                f"the request has {len(tokens)} prompt tokens and asks for {max_tokens} more.",
+                "invalid_request_error",
+                "messages",
+                "context_length_exceeded",
+            )
+
+        loop = asyncio.get_running_loop()
+        arrival = request.scope.get("felab_arrival", loop.time())
+        uncached = state.cache.uncached_tokens(tokens)
+        state.cache.insert(tokens)  # safe at arrival: the FIFO lane prefills earlier prompts first
+        _, first_token_at = state.lane.schedule(arrival, settings.timing, uncached)
+        usage = {
+            "prompt_tokens": len(tokens),
+            "completion_tokens": max_tokens,
+            "total_tokens": len(tokens) + max_tokens,
+            "prompt_tokens_details": {"cached_tokens": len(tokens) - uncached},
+        }
+        rid, created = f"chatcmpl-felab-{next(state.ids)}", int(time.time())
+        words = reply_tokens(max_tokens)
+        interval = settings.timing.token_interval_s()
+        headers = {"x-felab-predicted-ttft-ms": f"{(first_token_at - arrival) * 1000:.3f}"}
+
+        if not req.stream:
+            await sleep_until(loop, first_token_at + interval * (max_tokens - 1))
+            message = {"role": "assistant", "content": "".join(words)}
+            body = {
+                "id": rid,
+                "object": "chat.completion",
+                "created": created,
+                "model": settings.model,
+                "choices": [{"index": 0, "message": message, "finish_reason": "length"}],
+                "usage": usage,
+            }
+            return JSONResponse(body, headers=headers)
+
+        def chunk(delta: dict, finish: str | None = None) -> str:
+            data = {
+                "id": rid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": settings.model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+            return f"data: {json.dumps(data)}\n\n"
+
+        async def events() -> AsyncIterator[str]:
+            # The role arrives at once, as on many servers; a TTFT taken at the first
+            # chunk of any kind would read ~0 ms here. felab waits for content.
+            yield chunk({"role": "assistant", "content": ""})
+            for i, word in enumerate(words):
+                await sleep_until(loop, first_token_at + i * interval)
+                yield chunk({"content": word}, "length" if i == len(words) - 1 else None)
+            if req.stream_options and req.stream_options.include_usage:
+                data = {
+                    "id": rid,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": settings.model,
+                    "choices": [],
+                    "usage": usage,
+                }
+                yield f"data: {json.dumps(data)}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+
+    return BodySizeLimit(app, settings.max_body_bytes)  # type: ignore[return-value]
+
+
+# ── Command line ─────────────────────────────────────────────────────────────
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
+@click.option("--port", default=DEFAULT_PORT, show_default=True, help="port to listen on")
+@click.option("--model", default=MODEL_ID, show_default=True, help="the model id it serves")
+@click.option("--overhead-ms", default=15.0, show_default=True, help="fixed cost of every request, ms")
+@click.option(
+    "--prefill-tps", default=2500.0, show_default=True, help="prefill rate, prompt tokens per second"
+)
+@click.option(
+    "--decode-tps", default=400.0, show_default=True, help="decode rate per stream, tokens per second"
+)
+@click.option(
+    "--cache-blocks",
+    default=4096,
+    show_default=True,
+    help="prefix-cache capacity in 64-token blocks (least recently used evicted)",
+)
+@click.option("--context-tokens", default=131_072, show_default=True, help="largest prompt + reply, tokens")
+def main(
+    host: str,
+    port: int,
+    model: str,
+    overhead_ms: float,
+    prefill_tps: float,
+    decode_tps: float,
+    cache_blocks: int,
+    context_tokens: int,
+) -> None:
+    """The practice server: an OpenAI-compatible server with a prefix cache, offline.
+
+    \b
+    Examples:
+      python -m felab.mock_server
+      python -m felab.mock_server --port 9000 --prefill-tps 1050
+      curl -X POST http://127.0.0.1:8765/admin/reset     # empty its cache
+    """
+    import uvicorn
+
+    if overhead_ms < 0 or prefill_tps <= 0 or decode_tps <= 0 or cache_blocks < 0:
+        raise click.BadParameter("rates must be above 0, overhead and cache size 0 or more")
+    if not port_is_free(host, port):
+        raise click.ClickException(
+            f"port {port} on {host} is in use: a practice server may already be running (`make check` "
+            f"shows it; stop it with `pkill -f felab.mock_server`), or pass another --port."
+        )
+    timing = TimingModel(overhead_ms, prefill_tps, decode_tps)
+    app = create_app(
+        Settings(model=model, timing=timing, cache_blocks=cache_blocks, context_tokens=context_tokens)
+    )
+    print(
+        f"practice server listening on http://{host}:{port}/v1 · model {model} · "
+        f"prefill {prefill_tps:g} tok/s · decode {decode_tps:g} tok/s · Ctrl+C stops it",
+        flush=True,
+    )
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""Start a throw-away practice server for `make demo`, `make smoke` and the tests.
+
+It runs as a real separate process on a free loopback port, exactly as a
+learner's `make mock` does, and is stopped when the `with` block ends, also
+when the block fails or is interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import openai
+
+from felab.errors import FelabError
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until_serving(base_url: str, proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
+    """Poll `GET /v1/models` until the server answers, or fail with what it printed."""
+    cli = openai.OpenAI(base_url=base_url, api_key="not-needed", max_retries=0, timeout=2.0)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise FelabError(f"the practice server exited at start (status {proc.returncode}).")
+        try:
+            cli.models.list()
+            return
+        except openai.APIConnectionError:
+            time.sleep(0.05)
+    raise FelabError(f"the practice server did not answer at {base_url} within {timeout_s:.0f} s.")
+
+
+@contextlib.contextmanager
+def practice_server(*flags: str) -> Iterator[str]:
+    """Run `python -m felab.mock_server` on a free port; yield its base URL (…/v1)."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "felab.mock_server", "--port", str(port), *flags]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    base_url = f"http://127.0.0.1:{port}/v1"
+    try:
+        wait_until_serving(base_url, proc)
+        yield base_url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

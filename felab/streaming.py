@@ -1,0 +1,138 @@
+"""One streamed chat completion, timed the way the field times it.
+
+Time to first token (TTFT) is the wait a user feels before the reply starts:
+
+    t0 = perf_counter()            # just before the request is sent
+    ... stream ...
+    first chunk whose delta carries text  ->  ttft = now - t0
+
+Role-only chunks and empty deltas do not count (SGLang, AIPerf and
+inference-perf use the same rule; vLLM's `bench serve` stops at the first
+chunk of any kind, which can be a little earlier). Latency ends at the last
+token, not at the usage frame or `[DONE]`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+
+from felab.errors import explain
+from felab.targets import Target, TargetClient
+
+
+@dataclass
+class Usage:
+    """Token counts as the server reported them; `None` where it reported nothing."""
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+
+
+@dataclass
+class CallResult:
+    """What one streamed call measured."""
+
+    ttft_ms: float
+    """Time to the first chunk with content, from just before the request."""
+    total_ms: float
+    """Time to the last chunk with content (the whole reply)."""
+    output_tokens: int
+    """Tokens generated: the server's count, else the number of content chunks."""
+    usage: Usage = field(default_factory=Usage)
+    itl_ms: list[float] = field(default_factory=list)
+    """Gaps between consecutive content chunks (inter-token latency)."""
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        return self.usage.prompt_tokens
+
+    @property
+    def cached_tokens(self) -> int | None:
+        return self.usage.cached_tokens
+
+
+def read_usage(usage: Any, timings: Any = None) -> Usage:
+    """Read token counts from an OpenAI `usage` object, or llama.cpp's `timings`.
+
+    `cached_tokens` comes from `usage.prompt_tokens_details.cached_tokens`
+    (OpenAI, vLLM, SGLang, Fireworks, MLX, recent llama.cpp). Older llama.cpp
+    builds report it only as `timings.cache_n`.
+    """
+    out = Usage()
+    if usage is not None:
+        out.prompt_tokens = getattr(usage, "prompt_tokens", None)
+        out.completion_tokens = getattr(usage, "completion_tokens", None)
+        details = getattr(usage, "prompt_tokens_details", None)
+        out.cached_tokens = getattr(details, "cached_tokens", None)
+    if isinstance(timings, dict):
+        if out.cached_tokens is None and isinstance(timings.get("cache_n"), int):
+            out.cached_tokens = timings["cache_n"]
+        if out.prompt_tokens is None and isinstance(timings.get("prompt_n"), int):
+            out.prompt_tokens = timings["prompt_n"] + (out.cached_tokens or 0)
+    return out
+
+
+def _target(cli: openai.OpenAI) -> Target:
+    if isinstance(cli, TargetClient):
+        return cli.target
+    return Target("server", str(cli.base_url), "", "", False, "the server")
+
+
+def stream_once(
+    cli: openai.OpenAI, model: str, messages: list[dict], max_tokens: int = 48, **extra: Any
+) -> CallResult:
+    """Stream one chat completion and measure it.
+
+    `extra` goes to the request as is (for example `user="session-1"`).
+    Raises a FelabError with a learner-facing message if the call fails.
+    """
+    extra.setdefault("stream_options", {"include_usage": True})
+    usage, timings = None, None
+    ttft = last = None
+    gaps: list[float] = []
+    chunks = 0
+    t0 = time.perf_counter()
+    try:
+        stream = cli.chat.completions.create(
+            model=model, messages=messages, max_tokens=max_tokens, stream=True, **extra
+        )
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta and chunk.choices[0].delta.content:
+                now = time.perf_counter()
+                if ttft is None:
+                    ttft = now - t0
+                else:
+                    gaps.append((now - last) * 1000)
+                last = now
+                chunks += 1
+            usage = chunk.usage or usage
+            timings = getattr(chunk, "timings", None) or timings
+    except openai.OpenAIError as exc:
+        raise explain(exc, _target(cli)) from exc
+    if ttft is None or last is None:  # no text at all: report the wait until the stream ended
+        last = time.perf_counter()
+        ttft = last - t0
+    got = read_usage(usage, timings)
+    return CallResult(
+        ttft_ms=ttft * 1000,
+        total_ms=(last - t0) * 1000,
+        output_tokens=got.completion_tokens if got.completion_tokens is not None else chunks,
+        usage=got,
+        itl_ms=gaps,
+    )
+
+
+def usage_once(
+    cli: openai.OpenAI, model: str, messages: list[dict], max_tokens: int = 8, **extra: Any
+) -> Usage:
+    """One non-streamed call, for the token counts the server reports in `usage`."""
+    try:
+        reply = cli.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens, **extra)
+    except openai.OpenAIError as exc:
+        raise explain(exc, _target(cli)) from exc
+    return read_usage(reply.usage, getattr(reply, "timings", None))

@@ -1,0 +1,182 @@
+"""Which server a script talks to: the practice server, a local engine, or Fireworks.
+
+Every lesson script takes the same three flags:
+
+    --target {mock,llamacpp,mlx,vllm,sglang,ollama,fireworks}
+    --base-url URL     (default: the target's usual address, below)
+    --model ID         (default: the target's usual model, or the one the server names)
+
+Where each value comes from, first match wins:
+
+    flag  >  FELAB_<TARGET>_URL / FELAB_<TARGET>_MODEL (shell or .env)  >  the default below
+
+Local servers that load exactly one model (llama.cpp, vLLM, SGLang, the practice
+server) are asked for it at `GET /v1/models`, so nobody has to type a model id.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+
+import openai
+
+from felab.errors import FelabError, explain
+from felab.paths import ENV_FILE, load_env
+
+ASK_SERVER = None
+"""A default model of `None` means: ask the server's `/v1/models`."""
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """A target's defaults: where it listens, its model, how to start it."""
+
+    url: str
+    model: str | None
+    start_hint: str
+    key_env: str | None = None
+    paid: bool = False
+
+
+FIREWORKS_ROOT = "https://api.fireworks.ai"
+"""Fireworks' root URL; `FIREWORKS_BASE_URL` (the variable its SDK reads) overrides it."""
+
+TARGETS: dict[str, TargetSpec] = {
+    "mock": TargetSpec("http://127.0.0.1:8765/v1", ASK_SERVER, "make mock"),
+    "llamacpp": TargetSpec(
+        "http://127.0.0.1:8080/v1",
+        ASK_SERVER,
+        "bash lessons/02-three-local-servers/serve_llamacpp.sh Q4_K_M 16384 4",
+    ),
+    # mlx_lm.server reads the request's `model` as a path or hub repo; the
+    # string "default_model" means "the model it was started with".
+    "mlx": TargetSpec(
+        "http://127.0.0.1:8081/v1", "default_model", "bash lessons/02-three-local-servers/serve_mlx.sh"
+    ),
+    "vllm": TargetSpec("http://127.0.0.1:8000/v1", ASK_SERVER, "vllm serve <model>"),
+    "sglang": TargetSpec(
+        "http://127.0.0.1:30000/v1", ASK_SERVER, "python -m sglang.launch_server --model-path <model>"
+    ),
+    "ollama": TargetSpec("http://127.0.0.1:11434/v1", ASK_SERVER, "ollama serve"),
+    "fireworks": TargetSpec(
+        f"{FIREWORKS_ROOT}/inference/v1",
+        "accounts/fireworks/models/gpt-oss-120b",
+        "nothing to start: check your network and https://status.fireworks.ai",
+        key_env="FIREWORKS_API_KEY",
+        paid=True,
+    ),
+}
+
+NO_KEY = "not-needed"
+"""What local servers get as an API key: the client needs one, they ignore it."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A resolved target: everything a script needs to talk to one server."""
+
+    name: str
+    base_url: str
+    model: str
+    api_key: str
+    is_paid: bool
+    start_hint: str = ""
+    key_env: str | None = None
+
+    def __repr__(self) -> str:  # never show the key, even in a debugger or a log
+        return f"Target(name={self.name!r}, base_url={self.base_url!r}, model={self.model!r})"
+
+
+def add_target_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add --target, --base-url and --model to a lesson script's parser, and return it."""
+    parser.add_argument(
+        "--target",
+        choices=list(TARGETS),
+        default="mock",
+        help="which server to measure (default: mock, the practice server)",
+    )
+    parser.add_argument("--base-url", help="the server's OpenAI-compatible URL, ending in /v1")
+    parser.add_argument("--model", help="model id (default: the target's, or the one the server serves)")
+    return parser
+
+
+def _env(name: str) -> str | None:
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def default_url(name: str) -> str:
+    """The URL a target uses when no flag says otherwise."""
+    load_env()
+    url = _env(f"FELAB_{name.upper()}_URL")
+    if url:
+        return url.rstrip("/")
+    if name == "fireworks":
+        return f"{(_env('FIREWORKS_BASE_URL') or FIREWORKS_ROOT).rstrip('/')}/inference/v1"
+    return TARGETS[name].url
+
+
+def resolve(args: argparse.Namespace) -> Target:
+    """Turn parsed flags into a Target, reading `.env` and asking the server where needed."""
+    load_env()
+    name: str = args.target
+    spec = TARGETS[name]
+    base_url = (getattr(args, "base_url", None) or default_url(name)).rstrip("/")
+
+    api_key = NO_KEY
+    if spec.key_env:
+        api_key = _env(spec.key_env) or ""
+        if not api_key:
+            raise FelabError(
+                f"{spec.key_env} is not set. Put a line `{spec.key_env}=...` in {ENV_FILE} "
+                f"(copy .env.example to start one) or export it in this terminal, then run again."
+            )
+
+    target = Target(name, base_url, "", api_key, spec.paid, spec.start_hint, spec.key_env)
+    model = getattr(args, "model", None) or _env(f"FELAB_{name.upper()}_MODEL") or spec.model
+    if not model:
+        model = served_model(target)
+    return Target(name, base_url, model, api_key, spec.paid, spec.start_hint, spec.key_env)
+
+
+def served_model(target: Target) -> str:
+    """Ask a local server which model it serves (`GET /v1/models`)."""
+    try:
+        ids = [m.id for m in client(target, timeout=5.0).models.list()]
+    except openai.OpenAIError as exc:
+        raise explain(exc, target) from exc
+    if len(ids) == 1:
+        return ids[0]
+    if not ids:
+        raise FelabError(f"The {target.name} server at {target.base_url} serves no model yet.")
+    shown = ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else "")
+    raise FelabError(
+        f"The {target.name} server serves {len(ids)} models ({shown}). Pick one with --model, or set "
+        f"FELAB_{target.name.upper()}_MODEL in .env."
+    )
+
+
+class TargetClient(openai.OpenAI):
+    """An `openai.OpenAI` client that remembers its Target, so errors can name it."""
+
+    def __init__(self, target: Target, **kwargs: object) -> None:
+        super().__init__(base_url=target.base_url, api_key=target.api_key, **kwargs)  # type: ignore[arg-type]
+        self.target = target
+
+
+def client(target: Target, timeout: float = 300.0) -> TargetClient:
+    """The official OpenAI client for a target.
+
+    Retries are off (`max_retries=0`): a retried request would hide its wait
+    inside the time we measure. A failed call fails loudly instead.
+    """
+    return TargetClient(target, max_retries=0, timeout=timeout)
+
+
+def banner(target: Target) -> None:
+    """Print which server and model this run measures (never the key)."""
+    print(f"target: {target.name} · {target.base_url} · model: {target.model}")
+    if target.is_paid:
+        print("note: this target is paid; this run bills your account (a few cents).")
