@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import os
 import sys
-import textwrap
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import openai
+
+from felab.paths import from_here
 
 if TYPE_CHECKING:
     from felab.targets import Target
@@ -52,14 +53,14 @@ def explain(exc: Exception, target: Target) -> FelabError:
     if isinstance(exc, openai.APITimeoutError):
         return FelabError(
             f"The {name} server at {url} did not answer in time. It may be busy or stuck: "
-            f"check it with `make check`, restart it if needed, and run again."
+            f"check it with `{from_here('make check')}`, restart it if needed, and run again."
         )
     if isinstance(exc, openai.APIConnectionError):
         return FelabError(
             f"Could not connect to the {name} server at {url}: nothing is listening there. "
-            f"Start it with `{target.start_hint}` (in another terminal) and wait until it says it is "
-            f"listening; `make check` shows which servers are up. If it listens elsewhere, pass "
-            f"--base-url or set FELAB_{name.upper()}_URL in .env."
+            f"Start it with `{from_here(target.start_hint)}` (in another terminal) and wait until it says it "
+            f"is listening; `{from_here('make check')}` shows which servers are up. If it listens "
+            f"elsewhere, pass --base-url or set FELAB_{name.upper()}_URL in .env."
         )
     if not isinstance(exc, openai.APIStatusError):
         return FelabError(f"The call to the {name} server at {url} failed: {exc}")
@@ -74,7 +75,7 @@ def explain(exc: Exception, target: Target) -> FelabError:
             f"({have} tokens). llama.cpp splits its context between its seats: 8192 tokens over 4 seats "
             f"leaves 2,048 each, too few for the 3,000-token opening. Stop the server (Ctrl+C) and "
             f"restart it with room for 4,096 tokens a seat: "
-            f"`bash lessons/02-three-local-servers/serve_llamacpp.sh Q4_K_M 16384 4`."
+            f"`{from_here('bash lessons/02-three-local-servers/serve_llamacpp.sh Q4_K_M 16384 4')}`."
         )
     if status == 401:
         key_hint = (
@@ -110,14 +111,14 @@ def explain(exc: Exception, target: Target) -> FelabError:
 
 
 def _env_file() -> str:
-    from felab.paths import ENV_FILE
+    from felab import paths  # read at call time: tests point it elsewhere
 
-    return str(ENV_FILE)
+    return str(paths.ENV_FILE)
 
 
 def fail(message: str) -> None:
-    """Print a learner-facing error paragraph to stderr (wrapped for a terminal)."""
-    print(textwrap.fill(f"error: {message}", width=100), file=sys.stderr)
+    """Print a learner-facing error paragraph to stderr, unwrapped so commands stay whole."""
+    print(f"error: {message}", file=sys.stderr)
 
 
 def run(main: Callable[[], object]) -> None:

@@ -29,7 +29,7 @@ import click
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from felab.prefix_cache import PrefixCache, tokenize
@@ -80,9 +80,9 @@ class ChatRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str = Field(min_length=1)
     messages: list[Message] = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=1, le=131_072)
-    max_completion_tokens: int | None = Field(None, ge=1, le=131_072)
-    stream: bool = False
+    max_tokens: StrictInt | None = Field(None, ge=1, le=131_072)
+    max_completion_tokens: StrictInt | None = Field(None, ge=1, le=131_072)
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
 
@@ -117,12 +117,8 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     return f"Invalid value for '{param or 'body'}': {first.get('msg', 'invalid request')}.", param
 
 
-class BodyTooLarge(Exception):
-    pass
-
-
 class BodySizeLimit:
-    """ASGI middleware: refuse bodies over the limit with 413, whether or not they declare a length."""
+    """ASGI middleware: read the whole body first; over the limit, answer 413 (declared length or not)."""
 
     def __init__(self, app: Any, limit: int) -> None:
         self.app, self.limit = app, limit
@@ -134,20 +130,25 @@ class BodySizeLimit:
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared and declared.isdigit() and int(declared) > self.limit:
             return await self._refuse(send)
-        seen = 0
-
-        async def counting_receive() -> dict:
-            nonlocal seen
+        body, more = bytearray(), True
+        while more:
             message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise BodyTooLarge
-            return message
+            if message["type"] == "http.disconnect":
+                return None
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.limit:
+                return await self._refuse(send)
+        replayed = False
 
-        try:
-            await self.app(scope, counting_receive, send)
-        except BodyTooLarge:
-            await self._refuse(send)
+        async def replay() -> dict:
+            nonlocal replayed
+            if replayed:
+                return await receive()  # after the body: wait for the client to disconnect
+            replayed = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+        await self.app(scope, replay, send)
 
     async def _refuse(self, send: Any) -> None:
         response = error_response(

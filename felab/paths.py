@@ -33,3 +33,19 @@ def results_dir() -> Path:
     load_env()
     override = os.environ.get("FELAB_RESULTS_DIR")
     return Path(override).expanduser() if override else KIT_ROOT / "results"
+
+
+def from_here(command: str) -> str:
+    """Rewrite a command written for the kit root so it works from the current folder.
+
+    `make check` becomes `make -C ../.. check` in a lesson folder, and
+    `bash lessons/02-.../serve_llamacpp.sh` becomes `bash ../02-.../serve_llamacpp.sh`.
+    """
+    here = Path.cwd().resolve()
+    if here == KIT_ROOT:
+        return command
+    root = os.path.relpath(KIT_ROOT, here)
+    words = command.split(" ")
+    if words[0] == "make":
+        return " ".join(["make", "-C", root, *words[1:]])
+    return " ".join(os.path.relpath(KIT_ROOT / w, here) if w.startswith("lessons/") else w for w in words)

@@ -1,0 +1,98 @@
+"""A stand-in for llama.cpp's `llama-server`, speaking its wire format on loopback.
+
+It answers as a real llama-server does in two situations the kit must handle:
+- `mode="too-small"`: every chat request is over the seat's context, HTTP 400
+  with llama.cpp's `exceed_context_size_error` body (measured on a real build);
+- `mode="old-usage"`: streams that report cached tokens only in `timings.cache_n`
+  (builds before Feb 2026), not in `usage.prompt_tokens_details`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+MODEL_PATH = "/models/practice.gguf"
+
+
+def _handler(mode: str) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:  # keep test output clean
+            pass
+
+        def _json(self, status: int, body: dict) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path == "/v1/models":
+                self._json(200, {"object": "list", "data": [{"id": MODEL_PATH, "object": "model"}]})
+            elif self.path == "/health":
+                self._json(200, {"status": "ok"})
+            else:
+                self._json(
+                    404, {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}
+                )
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            n_prompt = sum(len(m["content"]) for m in body["messages"]) // 4
+            if mode == "too-small":
+                self._json(
+                    400,
+                    {
+                        "error": {
+                            "code": 400,
+                            "message": f"request ({n_prompt} tokens) exceeds the available context size "
+                            "(2048 tokens), try increasing it",
+                            "type": "exceed_context_size_error",
+                            "n_prompt_tokens": n_prompt,
+                            "n_ctx": 2048,
+                        }
+                    },
+                )
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            chunks = [
+                {"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]},
+                {"choices": [{"index": 0, "delta": {"content": "Hi"}}]},
+                {
+                    "choices": [{"index": 0, "delta": {"content": " there"}, "finish_reason": "length"}],
+                    "usage": {
+                        "prompt_tokens": n_prompt,
+                        "completion_tokens": 2,
+                        "total_tokens": n_prompt + 2,
+                    },
+                    "timings": {"cache_n": n_prompt - 7, "prompt_n": 7, "predicted_n": 2},
+                },
+            ]
+            for c in chunks:
+                c.update(
+                    {"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 0, "model": MODEL_PATH}
+                )
+                self.wfile.write(f"data: {json.dumps(c)}\n\n".encode())
+            self.wfile.write(b"data: [DONE]\n\n")
+
+    return Handler
+
+
+@contextmanager
+def fake_llamacpp(mode: str) -> Iterator[str]:
+    """Serve the fake on a free loopback port; yield its base URL (…/v1)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(mode))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
