@@ -17,6 +17,7 @@ SGLang and Fireworks do. Every error uses OpenAI's envelope
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import socket
@@ -187,8 +188,18 @@ async def sleep_until(loop: asyncio.AbstractEventLoop, deadline: float) -> None:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the practice server's app; `uvicorn` or a test serves it."""
     settings = settings or Settings()
-    app = FastAPI(title="felab practice server", docs_url=None, redoc_url=None, openapi_url=None)
     state = ServerState(settings, PrefixCache(settings.cache_blocks))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await warm_up(wrapped, settings.model)
+        state.cache.clear()
+        state.lane = PrefillLane()
+        yield
+
+    app = FastAPI(
+        title="felab practice server", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
+    )
     app.state.felab = state
 
     @app.exception_handler(RequestValidationError)
@@ -305,7 +316,50 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
 
-    return BodySizeLimit(app, settings.max_body_bytes)  # type: ignore[return-value]
+    wrapped = BodySizeLimit(app, settings.max_body_bytes)
+    return wrapped  # type: ignore[return-value]
+
+
+async def warm_up(app: Any, model: str) -> None:
+    """Send one tiny request through the app in-process before serving anyone.
+
+    The first request through FastAPI does one-time work (imports, building
+    validators) worth tens of milliseconds, which would land on the learner's
+    first, cold call and inflate it. Real servers warm up too: vLLM and
+    llama.cpp run a dummy batch before they accept traffic.
+    """
+    body = json.dumps(
+        {
+            "model": model,
+            "messages": [{"role": "user", "content": "warm up"}],
+            "max_tokens": 1,
+            "stream": True,
+        }
+    ).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 0),
+        "server": ("127.0.0.1", 0),
+    }
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict:
+        return pending.pop() if pending else {"type": "http.disconnect"}
+
+    async def send(_: dict) -> None:
+        pass
+
+    await app(scope, receive, send)
 
 
 # ── Command line ─────────────────────────────────────────────────────────────
