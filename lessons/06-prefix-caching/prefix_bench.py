@@ -28,6 +28,7 @@ import datetime as dt
 
 from felab import add_target_args, banner, client, percentile, ratio, record, resolve, run, stream_once, table
 from felab.cost import report_usage
+from felab.prices import add_price_args, price_for
 
 # ── The workload: one fixed opening, twelve questions ─────────────────────────
 
@@ -100,6 +101,7 @@ def main() -> None:
         help="one more call, not streamed, that prints prompt_tokens and cached_tokens",
     )
     parser.add_argument("--quick", action="store_true", help="3 questions instead of 12 (for make smoke)")
+    add_price_args(parser)  # --price-in, --price-cached: for the cost line under --usage
     args = parser.parse_args()
 
     target = resolve(args)
@@ -150,7 +152,18 @@ def main() -> None:
         )
 
     if args.usage:
-        report_usage(target, cli, messages("One more question: what is our refund limit?", args.order), extra)
+        question = messages("One more question: what is our refund limit?", args.order)
+        usage = report_usage(target, cli, question, extra, price_for(target, args))
+        record(
+            "06-prefix-usage",
+            {
+                "target": target.name,
+                "model": target.model,
+                "order": args.order,
+                "prompt_tokens": usage.prompt_tokens,
+                "cached_tokens": usage.cached_tokens,
+            },
+        )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,149 @@
+"""`prefix_bench.py --target fireworks --usage` against a fake Fireworks, through the real openai client.
+
+Checks the paid path end to end over loopback HTTP: one root URL, the same
+`user` on every call, usage read from the last streamed chunk (empty
+`choices`), the usage and cost lines, and one paragraph (exit 2) for each
+error Fireworks sends.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+
+import pytest
+from conftest import PREFIX_BENCH, run_script
+from fake_fireworks import (
+    KEY,
+    MODEL,
+    RATE_LIMITED,
+    SCALING_UP,
+    FakeFireworks,
+    fireworks_env,
+)
+
+from felab.prices import PRICES, Price, cost_line, price_for
+from felab.targets import Target
+
+CHAT = "/inference/v1/chat/completions"
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeFireworks]:
+    with fireworks_env(monkeypatch) as running:
+        yield running
+
+
+def bench(*args: str):
+    out = run_script(PREFIX_BENCH, "--target", "fireworks", "--quick", *args, timeout=60)
+    assert KEY not in out.stdout + out.stderr
+    return out
+
+
+def test_usage_and_cost_lines_and_one_session_for_every_call(fake: FakeFireworks) -> None:
+    out = bench("--usage")
+    assert out.returncode == 0, out.stderr
+    calls = fake.seen(CHAT)
+    assert len(calls) == 4  # 3 streamed questions, then the usage call
+    assert {c.body["user"] for c in calls} == {"lesson-06-session"}
+    assert all(c.body["model"] == MODEL for c in calls)
+    assert [c.body.get("stream", False) for c in calls] == [True, True, True, False]
+    assert all(c.body["stream_options"] == {"include_usage": True} for c in calls[:3])
+
+    lines = out.stdout.splitlines()
+    # usage arrived in the last streamed chunk (empty `choices`) and was read: calls 2 and 3 hit the cache
+    call_lines = [line for line in lines if line.strip().startswith("call")]
+    assert "cached     0 of" in call_lines[0] and "cached 3,024 of" in call_lines[1]
+    assert "usage: prompt_tokens=3039  cached_tokens=3024" in lines
+    cost = next(line for line in lines if line.startswith("cost:"))
+    assert "$0.000456 (3,039 tokens × $0.15/M)" in cost
+    assert "with 3,024 of them cached at $0.015/M: $0.000048" in cost
+    assert "fireworks.ai/pricing, checked 2026-11" in cost
+    assert "no cached tokens" not in out.stdout
+
+
+def test_price_flags_override_the_table(fake: FakeFireworks) -> None:
+    out = bench("--usage", "--price-in", "2", "--price-cached", "0.5")
+    assert out.returncode == 0, out.stderr
+    cost = next(line for line in out.stdout.splitlines() if line.startswith("cost:"))
+    assert "× $2/M" in cost and "cached at $0.5/M" in cost and "--price-in/--price-cached" in cost
+
+
+def test_no_cached_tokens_says_what_the_lesson_says(fake: FakeFireworks) -> None:
+    out = bench("--usage", "--order", "variable-first")  # the time first: nothing to reuse
+    assert out.returncode == 0, out.stderr
+    assert "cached_tokens=0" in out.stdout
+    note = out.stdout.split("note: no cached tokens reported.")[1]
+    assert "again at once" in note and "expire when idle" in note and "--model" in note
+    assert "with 0 of them cached" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("problem", "says"),
+    [
+        ("bad-key", ["HTTP 401", "The API key you provided is invalid.", "FIREWORKS_API_KEY"]),
+        ("bad-model", ["HTTP 404", "Model not found", "--model"]),
+        ("rate-limited", ["HTTP 429", "Wait 7 s"]),
+        ("scaling-up", ["HTTP 503", "scaling up"]),
+    ],
+)
+def test_each_fireworks_error_is_one_paragraph_and_exit_2(
+    fake: FakeFireworks, monkeypatch, problem: str, says: list[str]
+) -> None:
+    args: list[str] = []
+    if problem == "bad-key":
+        monkeypatch.setenv("FIREWORKS_API_KEY", "fw_wrong_key_0000")
+    elif problem == "bad-model":
+        args = ["--model", "accounts/fireworks/models/no-such-model"]
+    elif problem == "rate-limited":
+        fake.chat_error = (429, RATE_LIMITED)
+    else:
+        fake.chat_error = (503, SCALING_UP)
+    out = bench(*args)
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr and "fw_wrong_key_0000" not in out.stdout + out.stderr
+    paragraph = out.stderr.strip()
+    assert paragraph.startswith("error: The fireworks server") and "\n\n" not in paragraph
+    for words in says:
+        assert words in " ".join(paragraph.split())
+
+
+# ── Prices: one table, flags override, never invented ─────────────────────────
+
+
+def target(name: str = "fireworks", model: str = MODEL) -> Target:
+    return Target(name, "http://x/v1", model, "k", name == "fireworks")
+
+
+def test_the_cost_line_shows_tokens_prices_and_both_totals() -> None:
+    line = cost_line(
+        3060, 2944, Price(0.15, 0.015, "felab/prices.py (fireworks.ai/pricing, checked 2026-11)")
+    )
+    assert line == (
+        "cost: input at list price $0.000459 (3,060 tokens × $0.15/M); with 2,944 of them cached at "
+        "$0.015/M: $0.000062 — prices: felab/prices.py (fireworks.ai/pricing, checked 2026-11)"
+    )
+
+
+def test_every_price_names_its_source_and_date() -> None:
+    for price in PRICES.values():
+        assert "http" not in price.source or "." in price.source
+        assert "checked 20" in price.source and price.cached <= price.input
+
+
+def test_prices_come_from_the_table_or_the_flags_and_are_never_invented() -> None:
+    none = argparse.Namespace(price_in=None, price_cached=None)
+    assert price_for(target(), none) == PRICES[("fireworks", MODEL)]
+    assert price_for(target("mock", "felab-practice"), none) is None
+    assert price_for(target(model="accounts/fireworks/models/unknown"), none) is None
+    only_in = argparse.Namespace(price_in=1.0, price_cached=None)
+    assert price_for(target(model="accounts/fireworks/models/unknown"), only_in) is None
+    assert price_for(target(), only_in).cached == 0.015  # the table fills the other one
+    both = argparse.Namespace(price_in=1.0, price_cached=0.25)
+    assert price_for(target("mock", "felab-practice"), both) == Price(1.0, 0.25, "--price-in/--price-cached")
+
+
+def test_a_free_target_gets_no_cost_line(mock_url: str) -> None:
+    out = run_script(PREFIX_BENCH, "--target", "mock", "--base-url", mock_url, "--quick", "--usage")
+    assert out.returncode == 0, out.stderr
+    assert "usage: prompt_tokens=" in out.stdout and "cost:" not in out.stdout
