@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo mock check smoke test lint
+.PHONY: help setup demo mock check smoke test lint fw-check
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -31,6 +31,9 @@ check: $(STAMP) ## which servers are up, each target's URL and model, whether FI
 
 smoke: $(STAMP) ## every lesson script against a fresh practice server, in quick mode
 	@$(PY) -m felab smoke
+
+fw-check: $(STAMP) ## anything on Fireworks still billing, and the command that stops it (fails closed)
+	@$(PY) -m felab fw-check
 
 lint: $(STAMP) ## ruff over the kit
 	$(PY) -m ruff check felab lessons tests

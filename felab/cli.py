@@ -3,6 +3,7 @@
     felab check        which servers are up, and whether the Fireworks key is set
     felab demo         lesson 06 on a fresh practice server, both orders, one table
     felab smoke        every lesson script against a fresh practice server, quick mode
+    felab fw-check     anything on Fireworks that is still billing (exit 0 none, 1 some, 2 unknown)
 
 `make help` lists the Make targets that call these.
 """
@@ -132,3 +133,39 @@ def smoke() -> None:
     click.echo(table(rows) if rows else f"no lesson scripts found under {LESSONS_DIR.relative_to(KIT_ROOT)}/")
     if failed:
         raise FelabError(f"{failed} lesson script(s) failed against the practice server; output above.")
+
+
+@cli.command("fw-check")
+def fw_check() -> None:
+    """List anything on Fireworks that is still billing, with the command that stops it.
+
+    Reads every deployment of your account (FIREWORKS_ACCOUNT_ID, else the one
+    account FIREWORKS_API_KEY belongs to), following every page, and the
+    fine-tuning (SFT, RFT, DPO) and batch-inference jobs. Billing means: a
+    deployment not being deleted with running, desired or minimum replicas
+    above 0, or a job that has not finished. Scaled-to-zero deployments are
+    shown apart, as not billing. Never prints the key.
+
+    \b
+    Exit status:
+      0  nothing is billing (one line says so)
+      1  something is billing: listed, each with the command that stops it
+      2  could not check (no key, key refused, network error, server error,
+         a reply it did not understand): says why, never an empty list
+    (`make fw-check` itself exits 2 for both 1 and 2, as make does for any
+    failed command; its last line says "Error 1" or "Error 2".)
+
+    It cannot see reserved capacity (billed whether used or not; there is no
+    API to list it) or anything billed to another account: for those, read
+    the billing page of your Fireworks dashboard.
+
+    \b
+    Examples:
+      make fw-check
+      FIREWORKS_ACCOUNT_ID=my-account python -m felab fw-check
+    """
+    from felab.fw_check import check  # imports the fireworks SDK: only when this command runs
+
+    text, status = check()
+    click.echo(text)
+    sys.exit(status)

@@ -1,0 +1,324 @@
+"""`felab fw-check` against a fake Fireworks on loopback: it lists what bills, and fails closed.
+
+The exit-code matrix runs `python -m felab fw-check` as a subprocess, as
+`make fw-check` does; the variants run in-process through click's CliRunner.
+Every run also checks that the API key appears nowhere in the output.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+from click.testing import CliRunner, Result
+from conftest import KIT, run_felab
+from fake_fireworks import KEY, FakeFireworks, deployment, fireworks_env, job
+
+from felab.cli import cli
+from felab.fw_check import CouldNotCheck, parse_deployment
+
+DEPLOYMENTS = "/v1/accounts/learner/deployments"
+COULD_NOT = "could not check what is billing on Fireworks"
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeFireworks]:
+    with fireworks_env(monkeypatch) as running:
+        yield running
+
+
+def fw_check() -> subprocess.CompletedProcess[str]:
+    out = run_felab("fw-check", timeout=60)
+    assert KEY not in out.stdout + out.stderr
+    assert "Traceback" not in out.stderr
+    return out
+
+
+def fw_check_here() -> Result:
+    result = CliRunner().invoke(cli, ["fw-check"])
+    assert KEY not in result.output
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit)
+    return result
+
+
+# ── The exit-code matrix, as `make fw-check` runs it ──────────────────────────
+
+
+def test_nothing_billing_exits_0_with_one_line(fake: FakeFireworks) -> None:
+    out = fw_check()
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1].startswith("Nothing is billing: 0 deployment(s) read")
+    assert out.stderr == ""
+    # it found the account from the key, then read the deployments and every job list
+    paths = [r.path for r in fake.requests]
+    assert paths[0] == "/v1/accounts" and DEPLOYMENTS in paths
+    for kind in ("supervisedFineTuningJobs", "batchInferenceJobs", "reinforcementFineTuningJobs", "dpoJobs"):
+        assert f"/v1/accounts/learner/{kind}" in paths
+
+
+def test_one_ready_deployment_exits_1_with_the_commands_that_stop_it(fake: FakeFireworks) -> None:
+    fake.deployments["learner"] = [deployment("lesson-06-gpt-oss", replicas=2)]
+    out = fw_check()
+    assert out.returncode == 1, out.stderr
+    row = next(line for line in out.stdout.splitlines() if line.startswith("lesson-06-gpt-oss"))
+    for shown in ("accounts/fireworks/models/gpt-oss-120b", "1 × NVIDIA_H100_80GB", "2/2/0", "READY"):
+        assert shown in row
+    name = "accounts/learner/deployments/lesson-06-gpt-oss"
+    assert f"firectl deployment scale {name} --replica-count=0" in out.stdout
+    assert f"firectl deployment delete {name}" in out.stdout
+    assert out.stdout.strip().splitlines()[-1].startswith("BILLING: 1 deployment(s) and 0 job(s)")
+
+
+def test_scaled_to_zero_is_shown_apart_and_exits_0(fake: FakeFireworks) -> None:
+    fake.deployments["learner"] = [
+        deployment("asleep", replicas=0),
+        deployment("going", state="DELETING", replicas=1),
+        deployment("gone", state="DELETED", replicas=0),
+    ]
+    out = fw_check()
+    assert out.returncode == 0, out.stderr
+    idle = out.stdout.split("Scaled to zero, not billing (1):")[1]
+    assert "asleep" in idle
+    assert "going" not in out.stdout and "gone" not in out.stdout
+    assert "firectl" not in out.stdout
+
+
+def test_every_page_is_read_and_the_last_one_counts(fake: FakeFireworks) -> None:
+    idle = [deployment(f"idle-{i:03d}", replicas=0) for i in range(430)]
+    fake.deployments["learner"] = [*idle, deployment("on-page-three")]
+    out = fw_check()
+    assert out.returncode == 1, out.stderr
+    assert "on-page-three" in out.stdout and "Scaled to zero, not billing (430)" in out.stdout
+    pages = fake.seen(DEPLOYMENTS)
+    assert [r.query.get("pageToken") for r in pages] == [None, ["off-200"], ["off-400"]]
+    assert all(r.query["pageSize"] == ["200"] for r in pages)
+
+
+def test_a_refused_key_exits_2_and_never_shows_a_key(fake: FakeFireworks, monkeypatch) -> None:
+    monkeypatch.setenv("FIREWORKS_API_KEY", "fw_wrong_key_0000")
+    out = fw_check()
+    assert out.returncode == 2
+    assert out.stdout == ""
+    assert COULD_NOT in out.stderr and "HTTP 401" in out.stderr and "FIREWORKS_API_KEY" in out.stderr
+    assert "The API key you provided is invalid." in out.stderr
+    assert "fw_wrong_key_0000" not in out.stderr
+
+
+def test_a_server_error_exits_2_fast(fake: FakeFireworks) -> None:
+    body = b'{"error": {"message": "internal error", "code": "INTERNAL", "type": "error"}}'
+    fake.override[DEPLOYMENTS] = (500, body)
+    t0 = time.perf_counter()
+    out = fw_check()
+    assert out.returncode == 2 and out.stdout == ""
+    assert COULD_NOT in out.stderr and "HTTP 500: internal error" in out.stderr
+    assert len(fake.seen(DEPLOYMENTS)) == 2  # one retry, then it gives up
+    assert time.perf_counter() - t0 < 15
+
+
+def test_a_malformed_body_exits_2(fake: FakeFireworks) -> None:
+    fake.override[DEPLOYMENTS] = (200, b'{"totalSize": 0}')
+    out = fw_check()
+    assert out.returncode == 2 and out.stdout == ""
+    assert COULD_NOT in out.stderr and "no `deployments` list" in out.stderr
+
+
+@pytest.mark.skipif(not shutil.which("make"), reason="needs make")
+def test_make_fw_check_passes_only_when_nothing_bills(fake: FakeFireworks) -> None:
+    # GNU make exits 2 whenever a command fails: `make fw-check` gives 0 or 2, and names the
+    # command's own status on its last line ("Error 1": billing, "Error 2": could not check).
+    def make() -> subprocess.CompletedProcess[str]:
+        cmd = ["make", "-s", "--no-print-directory", "-o", ".venv/.installed-dev", f"PY={sys.executable}"]
+        return subprocess.run([*cmd, "fw-check"], cwd=KIT, capture_output=True, text=True, timeout=60)
+
+    assert make().returncode == 0
+    fake.deployments["learner"] = [deployment("billing-one")]
+    out = make()
+    assert out.returncode == 2 and "billing-one" in out.stdout and "Error 1" in out.stderr
+    fake.override[DEPLOYMENTS] = (200, b"{}")
+    out = make()
+    assert out.returncode == 2 and COULD_NOT in out.stderr and "Error 2" in out.stderr
+
+
+# ── Fails closed on every odd reply ───────────────────────────────────────────
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{}",
+        b'{"deployments": null}',
+        b'{"deployments": "x"}',
+        b'{"deployments": [1, 2]}',
+        b'{"deployments": [{"state": "READY", "replicaCount": 1}]}',
+        b'{"deployments": [{"name": "accounts/learner/deployments/d", "replicaCount": "many"}]}',
+        b'{"deployments": [{"name": "accounts/learner/deployments/d", "replicaCount": -1}]}',
+        b"[]",
+        b"not json",
+        b"<html>502 Bad Gateway</html>",
+    ],
+)
+def test_any_unexpected_shape_is_could_not_check(fake: FakeFireworks, body: bytes) -> None:
+    fake.override[DEPLOYMENTS] = (200, body)
+    result = fw_check_here()
+    assert result.exit_code == 2, result.output
+    assert COULD_NOT in result.stderr and "Nothing is billing" not in result.output
+
+
+def test_a_page_token_that_repeats_is_could_not_check(fake: FakeFireworks) -> None:
+    fake.deployments["learner"] = [deployment(f"d{i}", replicas=0) for i in range(300)]
+    fake.repeat_page_token = True
+    result = fw_check_here()
+    assert result.exit_code == 2
+    assert "page token 'off-0' twice" in result.stderr
+    assert len(fake.seen(DEPLOYMENTS)) == 2
+
+
+def test_no_key_is_could_not_check_without_asking(fake: FakeFireworks, monkeypatch) -> None:
+    monkeypatch.setenv("FIREWORKS_API_KEY", "")
+    result = fw_check_here()
+    assert result.exit_code == 2
+    assert COULD_NOT in result.stderr and "FIREWORKS_API_KEY is not set" in result.stderr
+    assert fake.requests == []
+
+
+def test_a_key_with_a_space_is_refused_before_sending_and_not_printed(
+    fake: FakeFireworks, monkeypatch
+) -> None:
+    monkeypatch.setenv("FIREWORKS_API_KEY", "fw_abc def_123")
+    result = fw_check_here()
+    assert result.exit_code == 2 and "fw_abc" not in result.output
+    assert fake.requests == []
+
+
+def test_no_network_is_could_not_check(monkeypatch) -> None:
+    monkeypatch.setenv("FIREWORKS_API_KEY", KEY)
+    monkeypatch.setenv("FIREWORKS_ACCOUNT_ID", "learner")
+    monkeypatch.setenv("FIREWORKS_BASE_URL", "http://127.0.0.1:9")  # discard port: nothing listens
+    result = fw_check_here()
+    assert result.exit_code == 2
+    assert COULD_NOT in result.stderr and "could not reach http://127.0.0.1:9" in result.stderr
+
+
+def test_a_base_url_with_a_path_is_could_not_check(monkeypatch) -> None:
+    monkeypatch.setenv("FIREWORKS_API_KEY", KEY)
+    monkeypatch.setenv("FIREWORKS_BASE_URL", "https://api.fireworks.ai/inference/v1")
+    result = fw_check_here()
+    assert result.exit_code == 2 and "without /inference/v1" in result.stderr
+
+
+# ── Which account ─────────────────────────────────────────────────────────────
+
+
+def test_an_account_id_from_the_environment_skips_the_lookup(fake: FakeFireworks, monkeypatch) -> None:
+    monkeypatch.setenv("FIREWORKS_ACCOUNT_ID", "accounts/learner")
+    fake.deployments["learner"] = [deployment("mine")]
+    result = fw_check_here()
+    assert result.exit_code == 1 and "mine" in result.stdout
+    assert fake.seen(DEPLOYMENTS)
+    assert all(r.path != "/v1/accounts" for r in fake.requests)
+
+
+def test_a_key_with_two_accounts_asks_which(fake: FakeFireworks) -> None:
+    fake.accounts = [{"name": "accounts/learner"}, {"name": "accounts/team"}]
+    result = fw_check_here()
+    assert result.exit_code == 2
+    assert (
+        "this key sees 2 accounts (learner, team)" in result.stderr
+        and "FIREWORKS_ACCOUNT_ID" in result.stderr
+    )
+
+
+def test_an_account_the_key_cannot_read_is_could_not_check(fake: FakeFireworks, monkeypatch) -> None:
+    monkeypatch.setenv("FIREWORKS_ACCOUNT_ID", "someone-else")
+    result = fw_check_here()
+    assert result.exit_code == 2 and "HTTP 403" in result.stderr
+
+
+# ── What counts as billing ────────────────────────────────────────────────────
+
+
+@pytest.mark.parametrize(
+    ("fields", "billing"),
+    [
+        ({"replicas": 1}, True),
+        ({"replicas": 0, "desired": 1, "state": "UPDATING"}, True),  # scaling up: bills in a moment
+        ({"replicas": 0, "min_replicas": 1}, True),  # will not stay at zero
+        ({"replicas": 1, "state": "CREATING"}, True),
+        ({"replicas": 1, "state": "FAILED"}, True),  # failed but holding a GPU
+        ({"replicas": 0}, False),
+        ({"replicas": 1, "state": "DELETING"}, False),
+        ({"replicas": 0, "state": "DELETED"}, False),
+    ],
+)
+def test_what_bills(fields: dict, billing: bool) -> None:
+    assert parse_deployment(deployment("d", **fields), "d").billing is billing
+
+
+def test_zero_counts_left_out_mean_zero() -> None:
+    # proto3 JSON may leave out fields at their zero value
+    item = {"name": "accounts/learner/deployments/d", "state": "READY", "baseModel": "m"}
+    assert parse_deployment(item, "d").billing is False
+
+
+def test_a_count_that_is_not_a_number_stops_the_sweep() -> None:
+    with pytest.raises(CouldNotCheck, match="not a count of replicas"):
+        parse_deployment({"name": "accounts/a/deployments/d", "replicaCount": True}, "d")
+
+
+def test_a_min_replica_deployment_says_scaling_to_zero_will_not_stick(fake: FakeFireworks) -> None:
+    fake.deployments["learner"] = [deployment("pinned", min_replicas=1)]
+    result = fw_check_here()
+    assert result.exit_code == 1 and "minReplicaCount is 1" in result.stdout
+
+
+# ── Jobs that bill by use ─────────────────────────────────────────────────────
+
+
+def test_running_jobs_bill_and_finished_ones_do_not(fake: FakeFireworks) -> None:
+    fake.jobs = {
+        "supervisedFineTuningJobs": [
+            job("supervisedFineTuningJobs", "sft-live"),
+            job("supervisedFineTuningJobs", "sft-done", "JOB_STATE_COMPLETED"),
+        ],
+        "batchInferenceJobs": [job("batchInferenceJobs", "batch-queued", "JOB_STATE_PENDING")],
+    }
+    result = fw_check_here()
+    assert result.exit_code == 1
+    out = result.stdout
+    assert "sft-live" in out and "batch-queued" in out and "sft-done" not in out
+    assert (
+        "firectl supervised-fine-tuning-job cancel accounts/learner/supervisedFineTuningJobs/sft-live" in out
+    )
+    assert (
+        f'curl -X DELETE -H "Authorization: Bearer $FIREWORKS_API_KEY" {fake.url}/v1/accounts/learner/' in out
+    )
+    assert "BILLING: 0 deployment(s) and 2 job(s)" in out
+
+
+def test_only_finished_jobs_exit_0(fake: FakeFireworks) -> None:
+    fake.jobs = {"dpoJobs": [job("dpoJobs", "old", "JOB_STATE_CANCELLED")]}
+    result = fw_check_here()
+    assert result.exit_code == 0 and "1 job(s) read, none running" in result.stdout
+
+
+def test_a_job_list_that_fails_still_shows_what_bills_then_exits_2(fake: FakeFireworks) -> None:
+    fake.deployments["learner"] = [deployment("still-shown")]
+    fake.override["/v1/accounts/learner/dpoJobs"] = (500, b'{"error": {"message": "boom", "type": "error"}}')
+    result = fw_check_here()
+    assert result.exit_code == 2
+    assert "still-shown" in result.stdout and "Nothing is billing" not in result.output
+    assert "dpoJobs: Fireworks failed (HTTP 500: boom)" in result.stderr
+
+
+# ── Help ──────────────────────────────────────────────────────────────────────
+
+
+def test_help_says_what_it_cannot_see_and_the_exit_codes() -> None:
+    out = CliRunner().invoke(cli, ["fw-check", "--help"]).output
+    assert "reserved capacity" in out and "another account" in out
+    for line in ("0  nothing is billing", "1  something is billing", "2  could not check"):
+        assert line in out
