@@ -7,6 +7,7 @@ Every run also checks that the API key appears nowhere in the output.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -322,3 +323,16 @@ def test_help_says_what_it_cannot_see_and_the_exit_codes() -> None:
     assert "reserved capacity" in out and "another account" in out
     for line in ("0  nothing is billing", "1  something is billing", "2  could not check"):
         assert line in out
+
+
+def test_the_docs_show_the_help_as_it_is() -> None:
+    docs = (KIT / "docs" / "fireworks.md").read_text()
+    shown = docs.split("$ python -m felab fw-check --help\n")[1].split("```")[0]
+    out = subprocess.run(
+        [sys.executable, "-m", "felab", "fw-check", "--help"],
+        cwd=KIT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "80"},
+    )
+    assert out.stdout == shown
