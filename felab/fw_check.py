@@ -250,6 +250,8 @@ def account_id(client: fireworks.Fireworks) -> str:
     """FIREWORKS_ACCOUNT_ID, else the one account the key can see (`GET /v1/accounts`)."""
     given = os.environ.get("FIREWORKS_ACCOUNT_ID", "").strip().removeprefix("accounts/")
     if given:
+        if not given.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            raise CouldNotCheck(f"FIREWORKS_ACCOUNT_ID is {given!r}, not an account id like `my-account`.")
         return given
     found = read_all(client.accounts.with_raw_response.list, "accounts", "your accounts")
     names = [a.get("name") if isinstance(a, dict) else None for a in found]

@@ -336,3 +336,9 @@ def test_the_docs_show_the_help_as_it_is() -> None:
         env={**os.environ, "COLUMNS": "80"},
     )
     assert out.stdout == shown
+
+
+def test_an_account_id_that_is_not_an_id_is_could_not_check(fake: FakeFireworks, monkeypatch) -> None:
+    monkeypatch.setenv("FIREWORKS_ACCOUNT_ID", "accounts/learner/deployments")
+    result = fw_check_here()
+    assert result.exit_code == 2 and "not an account id" in result.stderr and fake.requests == []
