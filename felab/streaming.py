@@ -6,6 +6,7 @@ Time to first token (TTFT) is the wait a user feels before the reply starts:
     ... stream ...
     first chunk whose delta carries text  ->  ttft = now - t0
 
+Reasoning text (`reasoning_content`) counts as text: it is generated too.
 Role-only chunks and empty deltas do not count (SGLang, AIPerf and
 inference-perf use the same rule; vLLM's `bench serve` stops at the first
 chunk of any kind, which can be a little earlier). Latency ends at the last
@@ -77,6 +78,16 @@ def read_usage(usage: Any, timings: Any = None) -> Usage:
     return out
 
 
+def has_text(delta: Any) -> bool:
+    """Does this delta carry generated text? Reasoning models (gpt-oss, DeepSeek R1, Qwen3)
+    stream their thinking first, as `reasoning_content` (or `reasoning`): those are
+    generated tokens too, so they end the wait for the first token."""
+    if delta is None:
+        return False
+    reasoning = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
+    return bool(delta.content or reasoning)
+
+
 def _target(cli: openai.OpenAI) -> Target:
     if isinstance(cli, TargetClient):
         return cli.target
@@ -103,7 +114,7 @@ def stream_once(
             model=model, messages=messages, max_tokens=max_tokens, stream=True, **extra
         )
         for chunk in stream:
-            if chunk.choices and chunk.choices[0].delta and chunk.choices[0].delta.content:
+            if chunk.choices and has_text(chunk.choices[0].delta):
                 now = time.perf_counter()
                 if ttft is None:
                     ttft = now - t0

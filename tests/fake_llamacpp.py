@@ -4,13 +4,16 @@ It answers as a real llama-server does in two situations the kit must handle:
 - `mode="too-small"`: every chat request is over the seat's context, HTTP 400
   with llama.cpp's `exceed_context_size_error` body (measured on a real build);
 - `mode="old-usage"`: streams that report cached tokens only in `timings.cache_n`
-  (builds before Feb 2026), not in `usage.prompt_tokens_details`.
+  (builds before Feb 2026), not in `usage.prompt_tokens_details`;
+- `mode="reasoning"`: a reasoning model that thinks first (`delta.reasoning_content`,
+  as llama.cpp, vLLM and Fireworks send it), then answers 0.5 s later.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -62,6 +65,12 @@ def _handler(mode: str) -> type[BaseHTTPRequestHandler]:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
+            if mode == "reasoning":
+                think = {"choices": [{"index": 0, "delta": {"reasoning_content": "Let me think."}}]}
+                think.update({"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 0})
+                self.wfile.write(f"data: {json.dumps(think)}\n\n".encode())
+                self.wfile.flush()
+                time.sleep(0.5)
             chunks = [
                 {"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]},
                 {"choices": [{"index": 0, "delta": {"content": "Hi"}}]},

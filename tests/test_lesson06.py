@@ -101,3 +101,16 @@ def test_the_script_imports_without_running() -> None:
     spec.loader.exec_module(module)
     assert len(module.QUESTIONS) == 12
     assert 3000 <= len(module.PREAMBLE) // 4 <= 3060
+
+
+def test_a_reasoning_models_first_thought_is_its_first_token() -> None:
+    # gpt-oss (the Fireworks default) streams `reasoning_content` before `content`: the wait
+    # for the first token ends at the first thought, not 0.5 s later at the answer.
+    from felab.streaming import stream_once
+    from felab.targets import Target, client
+
+    with fake_llamacpp("reasoning") as url:
+        cli = client(Target("llamacpp", url, "m", "k", False, "serve"))
+        r = stream_once(cli, "m", [{"role": "user", "content": "hi"}], max_tokens=4)
+    assert r.ttft_ms < 400 < r.total_ms  # 0.5 s between them: a margin of 100 ms each way
+    assert r.output_tokens == 2
