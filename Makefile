@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo mock check smoke test lint fw-check
+.PHONY: help setup demo mock check smoke test lint numbers new-lesson fw-check
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -34,6 +34,13 @@ smoke: $(STAMP) ## every lesson script against a fresh practice server, in quick
 
 fw-check: $(STAMP) ## anything on Fireworks still billing, and the command that stops it (fails closed)
 	@$(PY) -m felab fw-check
+
+numbers: $(STAMP) ## your numbers: the latest recorded run per lesson, target and order (and a TTFT picture)
+	@$(PY) -m felab numbers
+
+new-lesson: $(STAMP) ## create lessons/N-NAME/ that already runs: make new-lesson N=07 NAME=batching
+	@test -n "$(N)" -a -n "$(NAME)" || { echo "usage: make new-lesson N=07 NAME=batching"; exit 2; }
+	@$(PY) -m felab new-lesson "$(N)" "$(NAME)"
 
 lint: $(STAMP) ## ruff over the kit
 	$(PY) -m ruff check felab lessons tests

@@ -169,3 +169,49 @@ def fw_check() -> None:
     text, status = check()
     click.echo(text)
     sys.exit(status)
+
+
+@cli.command()
+@click.option("--csv", "fmt", flag_value="csv", help="one CSV table, for a spreadsheet")
+@click.option("--json", "fmt", flag_value="json", help="JSON, for a program")
+def numbers(fmt: str | None) -> None:
+    """Your numbers: the latest recorded run per lesson, target and order, ready to copy.
+
+    Reads everything under results/ (or $FELAB_RESULTS_DIR). In the default
+    view it also draws each call's TTFT to results/<key>-ttft.png.
+    """
+    from felab import numbers as nb  # matplotlib loads only for this command
+
+    found = nb.collect()
+    if fmt == "csv":
+        click.echo(nb.as_csv(found), nl=False)
+        return
+    if fmt == "json":
+        click.echo(nb.as_json(found))
+        return
+    if not found:
+        click.echo(f"nothing recorded yet under {nb.results_dir()}: run a lesson first (make demo does).")
+        return
+    click.echo(nb.as_text(found))
+    for key, rows in found.items():
+        picture = nb.plot_ttft(key, rows)
+        if picture:
+            click.echo(f"picture: {picture}")
+
+
+@cli.command("new-lesson")
+@click.argument("number")
+@click.argument("name")
+def new_lesson(number: str, name: str) -> None:
+    """Create lessons/NUMBER-NAME/ with a README in the house sections and a runnable script.
+
+    \b
+    Example:
+      make new-lesson N=07 NAME=batching
+    """
+    from felab.new_lesson import create_lesson
+
+    folder = create_lesson(number, name)
+    files = ", ".join(sorted(p.name for p in folder.iterdir()))
+    click.echo(f"created {folder.relative_to(KIT_ROOT)}/ ({files})")
+    click.echo("make smoke now runs it against the practice server.")

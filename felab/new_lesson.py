@@ -1,0 +1,108 @@
+"""`make new-lesson N=07 NAME=slug`: a new lesson folder that already runs.
+
+It writes `lessons/NN-slug/README.md` in the house sections and a script that
+measures something real (TTFT over a few calls) with the kit's plumbing, so
+`make smoke` runs the new lesson at once. The instructor then replaces the
+measurement with the lesson's own.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from felab.errors import FelabError
+from felab.lessons import LESSONS_DIR, discover
+
+README = """\
+# Lesson {number} · {title}
+
+## What and why
+
+(What the learner will measure, and why it matters, in a few sentences.)
+
+## Read the code first
+
+- `{script}`, `main()`: (the lines that hold the idea).
+
+## Run
+
+From this folder, with the practice server running (`make -C ../.. mock` in another terminal):
+
+```bash
+python {script} --target mock
+```
+
+## What each command does
+
+- `python {script} --target mock` (what it sends, what to look for).
+
+## What you should see
+
+(A sample of the output, and how to read each column.)
+
+## Stuck?
+
+- **Could not connect … nothing is listening there.** Start the server the message names;
+  `make -C ../.. check` shows what is up.
+"""
+
+SCRIPT = '''\
+"""Lesson {number}: {title}.
+
+(The idea in a few lines: what this script measures and why.)
+
+    python {script} --target mock
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from felab import add_target_args, banner, client, percentile, record, resolve, run, stream_once, table
+
+QUESTIONS = ["What is a token?", "What is prefill?", "What is decode?", "What is a KV cache?"]
+
+
+def main() -> None:
+    parser = add_target_args(argparse.ArgumentParser(description=__doc__))
+    parser.add_argument("--quick", action="store_true", help="fewer calls (for make smoke)")
+    args = parser.parse_args()
+
+    target = resolve(args)
+    banner(target)
+    cli = client(target)
+
+    ttft = []
+    for i, question in enumerate(QUESTIONS[:2] if args.quick else QUESTIONS, start=1):
+        r = stream_once(cli, target.model, [{{"role": "user", "content": question}}], max_tokens=16)
+        ttft.append(r.ttft_ms)
+        print(f"  call {{i}}  TTFT {{r.ttft_ms:7.1f}} ms")
+
+    row = {{"target": target.name, "ttft_p50_ms": percentile(ttft, 50), "ttft_p95_ms": percentile(ttft, 95)}}
+    print("\\n" + table([row]))
+    record("{key}", {{**row, "model": target.model, "calls": [{{"ttft_ms": t}} for t in ttft]}})
+
+
+if __name__ == "__main__":
+    run(main)
+'''
+
+
+def create_lesson(number: str, name: str, root: Path = LESSONS_DIR) -> Path:
+    """Write `lessons/NN-name/` with a README and a runnable script; return the folder."""
+    if not re.fullmatch(r"\d{2}", number):
+        raise FelabError(f"N must be two digits, like N=07 (got {number!r}).")
+    if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name):
+        raise FelabError(f"NAME must be lower-case words joined by '-', like NAME=batching (got {name!r}).")
+    taken = [lesson.name for lesson in discover(root) if lesson.number == number]
+    if taken:
+        raise FelabError(f"lesson {number} already exists ({taken[0]}); pick another N.")
+    folder = root / f"{number}-{name}"
+    script = f"{name.replace('-', '_')}.py"
+    fields = {"number": number, "title": name.replace("-", " ").capitalize(), "script": script,
+              "key": f"{number}-{name}"}
+    folder.mkdir(parents=True)
+    (folder / "README.md").write_text(README.format(**fields), encoding="utf-8")
+    (folder / script).write_text(SCRIPT.format(**fields), encoding="utf-8")
+    return folder

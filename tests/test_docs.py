@@ -1,0 +1,47 @@
+"""Docs that cannot drift: the commands in README.md, the lesson READMEs and the lab book
+run as shown (make targets exist, scripts exist, their flags are accepted)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from doc_commands import check, commands, documented_files
+
+from felab.paths import KIT_ROOT
+
+
+@pytest.mark.parametrize("doc", documented_files(), ids=lambda p: str(p.relative_to(KIT_ROOT)))
+def test_every_documented_command_exists_and_its_flags_are_accepted(doc: Path) -> None:
+    found = list(commands(doc))
+    problems = [problem for cmd in found for problem in check(cmd)]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_docs_show_the_commands_that_matter() -> None:
+    shown = {" ".join(c.words) for doc in documented_files() for c in commands(doc)}
+    assert "make demo" in shown and "make test" in shown
+    assert "python prefix_bench.py --target llamacpp --order variable-first" in shown
+    assert "python prefix_bench.py --target fireworks --usage" in shown
+
+
+def test_the_checker_catches_a_removed_target_flag_or_script(tmp_path: Path) -> None:
+    doc = tmp_path / "drifted.md"
+    doc.write_text(
+        "```bash\n"
+        "make no-such-target\n"
+        "cd lessons/06-prefix-caching\n"
+        "python prefix_bench.py --target mock --no-such-flag\n"
+        "python prefix_bench.py --order sideways\n"
+        "python gone.py\n"
+        "make -C ../.. demo && frobnicate --now\n"
+        "```\n"
+    )
+    problems = [p for cmd in commands(doc) for p in check(cmd)]
+    assert len(problems) == 5, problems
+    text = "\n".join(problems)
+    assert "no make target 'no-such-target'" in text
+    assert "--no-such-flag is not in its --help" in text
+    assert "'sideways' is not a choice of --order" in text
+    assert "no script gone.py" in text
+    assert "unknown command 'frobnicate'" in text

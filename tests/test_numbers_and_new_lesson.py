@@ -1,0 +1,94 @@
+"""`make numbers` (your numbers, latest per target and order, and the TTFT picture) and
+`make new-lesson` (a new lesson that `make smoke` runs with no other change)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import KIT, run_felab
+
+from felab import record
+
+
+def calls(*ttft: float) -> list[dict]:
+    return [{"ttft_ms": t, "prompt_tokens": 3050, "cached_tokens": 0} for t in ttft]
+
+
+def fill_results() -> None:
+    record("06-prefix", {"target": "llamacpp", "model": "m", "order": "stable-first", "first_ms": 900.0,
+                         "rest_p50_ms": 80.0, "speedup_x": 11.25, "calls": calls(900, 80, 81)})
+    record("06-prefix", {"target": "llamacpp", "model": "m", "order": "stable-first", "first_ms": 740.0,
+                         "rest_p50_ms": 36.0, "speedup_x": 20.56, "calls": calls(740, 36, 37)})
+    record("06-prefix", {"target": "llamacpp", "model": "m", "order": "variable-first", "first_ms": 744.0,
+                         "rest_p50_ms": 712.0, "speedup_x": 1.04, "calls": calls(744, 712, 713)})
+    record("06-prefix-usage", {"target": "fireworks", "model": "gpt-oss", "order": "stable-first",
+                               "prompt_tokens": 3039, "cached_tokens": 3024})
+
+
+def test_numbers_prints_the_latest_row_per_target_and_order(isolated: Path) -> None:
+    fill_results()
+    out = run_felab("numbers")
+    assert out.returncode == 0, out.stderr
+    assert "740.0" in out.stdout and "900.0" not in out.stdout  # the later run replaced the earlier
+    assert "712.0" in out.stdout and "3024" in out.stdout
+    assert (isolated / "06-prefix-ttft.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_numbers_as_csv_and_json(isolated: Path) -> None:
+    fill_results()
+    rows = list(csv.DictReader(io.StringIO(run_felab("numbers", "--csv").stdout)))
+    assert [(r["key"], r["order"]) for r in rows] == [
+        ("06-prefix", "stable-first"), ("06-prefix", "variable-first"), ("06-prefix-usage", "stable-first")]
+    assert rows[0]["rest_p50_ms"] == "36.0" and "calls" not in rows[0]
+    data = json.loads(run_felab("numbers", "--json").stdout)
+    assert data["06-prefix-usage"][0]["cached_tokens"] == 3024
+
+
+def test_numbers_with_nothing_recorded_says_what_to_run() -> None:
+    out = run_felab("numbers")
+    assert out.returncode == 0 and "nothing recorded yet" in out.stdout and "make demo" in out.stdout
+
+
+def kit_copy(tmp_path: Path) -> Path:
+    """A copy of the kit (code, lessons, Makefile), so a test may add a lesson to it."""
+    root = tmp_path / "kit"
+    for part in ("felab", "lessons"):
+        shutil.copytree(KIT / part, root / part, ignore=shutil.ignore_patterns("__pycache__", "*.txt"))
+    shutil.copy(KIT / "Makefile", root / "Makefile")
+    return root
+
+
+def felab_in(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(root)}  # the copy's felab, whose KIT_ROOT is the copy
+    return subprocess.run([sys.executable, "-m", "felab", *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=180)
+
+
+def test_a_new_lesson_runs_in_smoke_with_no_other_change(tmp_path: Path) -> None:
+    root = kit_copy(tmp_path)
+    made = felab_in(root, "new-lesson", "07", "batching-basics")
+    assert made.returncode == 0, made.stderr
+    folder = root / "lessons" / "07-batching-basics"
+    readme = (folder / "README.md").read_text()
+    for section in ("## What and why", "## Read the code first", "## Run", "## What each command does",
+                    "## What you should see", "## Stuck?"):
+        assert section in readme
+    assert (folder / "batching_basics.py").exists()
+    smoke = felab_in(root, "smoke")
+    assert smoke.returncode == 0, smoke.stdout + smoke.stderr
+    assert "07-batching-basics" in smoke.stdout and "batching_basics.py" in smoke.stdout
+
+
+def test_new_lesson_refuses_bad_or_taken_names(tmp_path: Path) -> None:
+    root = kit_copy(tmp_path)
+    for args, said in ((("7", "x"), "two digits"), (("07", "Bad_Name"), "lower-case"),
+                       (("06", "again"), "already exists")):
+        out = felab_in(root, "new-lesson", *args)
+        assert out.returncode == 2 and said in out.stderr and "Traceback" not in out.stderr
