@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo mock check smoke test lint numbers new-lesson fw-check
+.PHONY: help setup demo mock check smoke test lint numbers new-lesson fw-check bundle bundle-serve
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -41,6 +41,12 @@ numbers: $(STAMP) ## your numbers: the latest recorded run per lesson, target an
 new-lesson: $(STAMP) ## create lessons/N-NAME/ that already runs: make new-lesson N=07 NAME=batching
 	@test -n "$(N)" -a -n "$(NAME)" || { echo "usage: make new-lesson N=07 NAME=batching"; exit 2; }
 	@$(PY) -m felab new-lesson "$(N)" "$(NAME)"
+
+bundle: $(STAMP) ## the lesson pages as an offline site in build/bundle/, your numbers filled from results/
+	@$(PY) -m felab bundle build
+
+bundle-serve: bundle ## open the lesson pages at http://127.0.0.1:8770/ (Ctrl+C stops; always the same address)
+	@$(PY) -m felab bundle serve
 
 lint: $(STAMP) ## ruff over the kit
 	$(PY) -m ruff check felab lessons tests

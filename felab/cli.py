@@ -171,6 +171,40 @@ def fw_check() -> None:
     sys.exit(status)
 
 
+@cli.group()
+def bundle() -> None:
+    """The course bundle: the lesson pages as an offline site (see docs/bundle.md)."""
+
+
+@bundle.command("build")
+def bundle_build() -> None:
+    """Build the lesson pages into build/bundle/, your numbers filled from results/.
+
+    Warnings are errors: a broken link or a missing include stops the build.
+    Run it again after a run to fill in the new numbers.
+    """
+    from felab import bundle as b  # MkDocs loads only for this command
+
+    site = b.build()
+    click.echo(f"built the course pages: {site / 'index.html'}")
+    click.echo("open them with `make bundle-serve` (typed numbers are kept per address, so use that one).")
+
+
+@bundle.command("serve")
+@click.option("--port", default=8770, show_default=True, help="port on 127.0.0.1 (numbers are per address)")
+def bundle_serve(port: int) -> None:
+    """Serve build/bundle/ on 127.0.0.1 until Ctrl+C."""
+    from felab import bundle as b
+
+    with b.served(KIT_ROOT / b.SITE, port) as url:
+        click.echo(f"the course pages: {url}  (Ctrl+C stops)")
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            click.echo("stopped.")
+
+
 @cli.command()
 @click.option("--csv", "fmt", flag_value="csv", help="one CSV table, for a spreadsheet")
 @click.option("--json", "fmt", flag_value="json", help="JSON, for a program")
