@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# ─────────────────────────────────────────────────────────────────────────────
+# Lesson 02 · llama.cpp's llama-server, in the foreground, on 127.0.0.1:8080.
+#
+#   bash serve_llamacpp.sh [QUANT] [CTX] [PARALLEL]      defaults: Q4_K_M 8192 4
+#
+# CTX is the KV cache size in tokens, shared by PARALLEL seats (slots). The seats
+# split it evenly: 8192 / 4 = 2,048 tokens each, too few for lesson 06's
+# 3,000-token opening. That is the lesson's trap; `Q4_K_M 16384 4` gives 4,096 each.
+#
+# Environment:
+#   LLAMACPP_MODEL=/path/file.gguf   a local file instead of downloading (QUANT is then ignored)
+#   LLAMACPP_HF_REPO=user/repo       the repo to download from
+#                                    (default bartowski/Meta-Llama-3.1-8B-Instruct-GGUF)
+#   LLAMACPP_PORT=8080               the port
+#   LLAMA_SERVER=/path/llama-server  the binary (default: on PATH, else <kit>/.tools/bin)
+#   LLAMACPP_ARGS="..."              extra flags, appended as they are
+#
+# --dry-run prints the command instead of running it. Ctrl+C stops the server.
+# ─────────────────────────────────────────────────────────────────────────────
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+KIT_ROOT="$(cd "$HERE/../.." && pwd)"
+DEFAULT_REPO="bartowski/Meta-Llama-3.1-8B-Instruct-GGUF"   # Llama 3.1 8B Instruct; Q4_K_M is 4.9 GB
+
+usage() { sed -n '3,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+show() { local line; line="$(printf '%q ' "$@")"; echo "${line% }"; }   # a command, quoted
+
+DRY_RUN=0
+POSITIONAL=()
+for arg in "$@"; do
+  case "$arg" in
+    -h|--help) usage; exit 0 ;;
+    --dry-run) DRY_RUN=1 ;;
+    -*) echo "serve_llamacpp.sh: unknown option $arg (try --help)" >&2; exit 2 ;;
+    *) POSITIONAL+=("$arg") ;;
+  esac
+done
+QUANT="${POSITIONAL[0]:-Q4_K_M}"
+CTX="${POSITIONAL[1]:-8192}"
+PARALLEL="${POSITIONAL[2]:-4}"
+PORT="${LLAMACPP_PORT:-8080}"
+for n in "$CTX" "$PARALLEL" "$PORT"; do
+  [[ "$n" =~ ^[0-9]+$ ]] || { echo "serve_llamacpp.sh: '$n' is not a whole number (usage: [QUANT] [CTX] [PARALLEL])" >&2; exit 2; }
+done
+
+# ── find the binary ──────────────────────────────────────────────────────────
+SERVER="${LLAMA_SERVER:-}"
+if [[ -z "$SERVER" ]]; then
+  if command -v llama-server >/dev/null 2>&1; then SERVER="$(command -v llama-server)"
+  elif [[ -x "$KIT_ROOT/.tools/bin/llama-server" ]]; then SERVER="$KIT_ROOT/.tools/bin/llama-server"
+  fi
+fi
+if [[ -z "$SERVER" || ! -x "$SERVER" ]]; then
+  cat >&2 <<EOF
+llama-server was not found${LLAMA_SERVER:+ at LLAMA_SERVER=$LLAMA_SERVER}. Get it one of these ways:
+  macOS or Linux with Homebrew:   brew install llama.cpp
+  Ubuntu 25.10+, Debian testing:  sudo apt install llama.cpp   (Debian 12 has no package)
+  anything else, from source:     make llama-server   (from the kit folder; about 20 minutes
+                                  on 2 cores, installs .tools/bin/llama-server, no Homebrew needed)
+Or point LLAMA_SERVER at a binary you already have.
+EOF
+  exit 127
+fi
+
+# ── build the command ────────────────────────────────────────────────────────
+if [[ -n "${LLAMACPP_MODEL:-}" ]]; then
+  [[ -f "$LLAMACPP_MODEL" ]] || { echo "serve_llamacpp.sh: LLAMACPP_MODEL=$LLAMACPP_MODEL is not a file" >&2; exit 2; }
+  MODEL_ARGS=(-m "$LLAMACPP_MODEL")
+  MODEL_NAME="$LLAMACPP_MODEL"
+else
+  MODEL_ARGS=(-hf "${LLAMACPP_HF_REPO:-$DEFAULT_REPO}:$QUANT")
+  MODEL_NAME="${LLAMACPP_HF_REPO:-$DEFAULT_REPO}:$QUANT (downloaded once, then cached)"
+fi
+
+# An explicit -np splits CTX into PARALLEL equal seats. Recent builds would share one
+# unified KV cache only when -np is automatic; say --no-kv-unified out loud where the
+# build knows the flag, so every seat really holds CTX / PARALLEL tokens.
+SEAT_ARGS=(-c "$CTX" -np "$PARALLEL")
+HELP="$("$SERVER" --help 2>&1 || true)"
+if [[ "$HELP" == *--no-kv-unified* ]]; then
+  SEAT_ARGS+=(--no-kv-unified)
+fi
+
+# shellcheck disable=SC2206  # LLAMACPP_ARGS is split on spaces on purpose
+CMD=("$SERVER" "${MODEL_ARGS[@]}" "${SEAT_ARGS[@]}" --host 127.0.0.1 --port "$PORT" --metrics ${LLAMACPP_ARGS:-})
+
+echo "llama-server: $MODEL_NAME"
+echo "  $CTX tokens of context over $PARALLEL seats = $((CTX / PARALLEL)) tokens per seat"
+if [[ "$DRY_RUN" == 1 ]]; then
+  show "${CMD[@]}"
+  exit 0
+fi
+
+# ── run it, and say when it listens ──────────────────────────────────────────
+health() {
+  if command -v curl >/dev/null 2>&1; then
+    curl -fsS -o /dev/null --max-time 2 "http://127.0.0.1:$PORT/health" 2>/dev/null
+  else
+    python3 -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=2)" \
+      "http://127.0.0.1:$PORT/health" 2>/dev/null
+  fi
+}
+if health; then
+  echo "serve_llamacpp.sh: something already answers on port $PORT. Stop it first, or set LLAMACPP_PORT." >&2
+  exit 1
+fi
+
+"${CMD[@]}" &
+PID=$!
+trap 'kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null; true' EXIT   # never leave the server behind
+trap 'exit 130' INT TERM
+until health; do
+  if ! kill -0 "$PID" 2>/dev/null; then
+    wait "$PID" && rc=0 || rc=$?
+    echo "serve_llamacpp.sh: llama-server stopped before it was ready (exit $rc); see its log above." >&2
+    [[ "$rc" == 0 ]] && rc=1
+    exit "$rc"
+  fi
+  sleep 0.5
+done
+echo "llama-server is listening on http://127.0.0.1:$PORT/v1 ($PARALLEL seats of $((CTX / PARALLEL)) tokens). Ctrl+C stops it."
+wait "$PID"

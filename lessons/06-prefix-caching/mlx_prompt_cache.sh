@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# ─────────────────────────────────────────────────────────────────────────────
+# Lesson 06 · the prefix cache by hand, with MLX.
+#
+#   bash mlx_prompt_cache.sh
+#
+# A server's prefix cache keeps the KV cache of an opening it has read and starts
+# the next request where that opening ends. Here you do it yourself, in three steps,
+# on the same opening (PREAMBLE) that prefix_bench.py sends:
+#   1. cold:   mlx_lm.generate reads the opening and the question (~3,000 tokens)
+#   2. save:   mlx_lm.cache_prompt reads the opening once and writes its KV cache to a file
+#   3. warm:   mlx_lm.generate loads that file and reads only the question
+# Compare the `Prompt: N tokens` line of steps 1 and 3.
+#
+# Environment:
+#   MLX_MODEL=repo-or-dir   the model (default mlx-community/Meta-Llama-3.1-8B-Instruct-4bit,
+#                           about 4.5 GB, downloaded on first use)
+#   MLX_MAX_TOKENS=40       how many tokens each answer may have
+# ─────────────────────────────────────────────────────────────────────────────
+set -euo pipefail
+
+usage() { sed -n '3,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+case "${1:-}" in
+  -h|--help) usage; exit 0 ;;
+  "") ;;
+  *) echo "mlx_prompt_cache.sh: takes no arguments (try --help; the model comes from MLX_MODEL)" >&2; exit 2 ;;
+esac
+
+cd "$(dirname "${BASH_SOURCE[0]}")"
+MODEL="${MLX_MODEL:-mlx-community/Meta-Llama-3.1-8B-Instruct-4bit}"
+MAX_TOKENS="${MLX_MAX_TOKENS:-40}"
+QUESTION="Question: How do I rotate my API key?"
+
+for tool in mlx_lm.generate mlx_lm.cache_prompt; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    cat >&2 <<EOF
+$tool: command not found. The kit's Python environment is not active.
+From the kit folder run:  source .venv/bin/activate   then run this script again.
+If it is active and this still fails, install MLX into it:
+  Apple silicon:  pip install mlx-lm
+  Linux (CPU):    pip install "mlx[cpu]" mlx-lm      (or: make engines)
+EOF
+    exit 127
+  fi
+done
+
+# The very same opening prefix_bench.py sends (no trailing newline, so steps 1 and 2 match).
+python3 -c "import sys; from prefix_bench import PREAMBLE; sys.stdout.write(PREAMBLE)" > preamble.txt
+echo "model: $MODEL"
+echo "opening: preamble.txt, $(wc -c < preamble.txt | tr -d ' ') characters (about $(( $(wc -c < preamble.txt) / 4 )) tokens by chars/4)"
+
+echo
+echo "▸ 1. cold: read the whole opening and the question (watch 'Prompt: … tokens')"
+time mlx_lm.generate --model "$MODEL" --max-tokens "$MAX_TOKENS" \
+  --prompt "$(cat preamble.txt) $QUESTION"
+
+echo
+echo "▸ 2. read the opening once and save its KV cache to preamble.safetensors"
+time mlx_lm.cache_prompt --model "$MODEL" --prompt "$(cat preamble.txt)" \
+  --prompt-cache-file preamble.safetensors
+
+echo
+echo "▸ 3. warm: load the saved cache, read only the question"
+time mlx_lm.generate --model "$MODEL" --prompt-cache-file preamble.safetensors \
+  --max-tokens "$MAX_TOKENS" --prompt " $QUESTION"
+
+echo
+echo "Step 1's Prompt: line counts the opening and the question; step 3's only the question."

@@ -1,0 +1,154 @@
+"""The lesson server scripts without any engine: help, the commands they build, and their
+message when the engine is missing. Fast and offline, so they run in `make test`.
+
+Ollama cannot run on this kind of machine (no package here), so its script is also run
+against a stand-in `ollama` that serves /api/version and records `pull`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+from .conftest import LESSON02, LESSON06, free_port, run_bash, serving
+
+SCRIPTS = [
+    LESSON02 / "serve_llamacpp.sh",
+    LESSON02 / "serve_mlx.sh",
+    LESSON02 / "serve_ollama.sh",
+    LESSON06 / "mlx_prompt_cache.sh",
+]
+
+
+def bare_env(**extra: str) -> dict[str, str]:
+    """An environment where no engine is on PATH: only the system's own tools."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA", "MLX_", "OLLAMA"))}
+    env["PATH"] = "/usr/bin:/bin"
+    env.update(extra)
+    return env
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_help(script: Path) -> None:
+    r = run_bash(script, "--help", env=bare_env())
+    assert r.returncode == 0
+    assert r.stdout.startswith("Lesson 0")
+    assert "#" not in r.stdout.splitlines()[0]
+
+
+def test_llamacpp_missing_says_how_to_get_it(tmp_path: Path) -> None:
+    # a copy in a kit of its own, so a llama-server built into this kit's .tools/ is not found
+    lesson = tmp_path / "lessons" / "02-three-local-servers"
+    lesson.mkdir(parents=True)
+    shutil.copy(LESSON02 / "serve_llamacpp.sh", lesson)
+    r = run_bash(lesson / "serve_llamacpp.sh", env=bare_env())
+    assert r.returncode == 127
+    for how in ("brew install llama.cpp", "apt install llama.cpp", "make llama-server"):
+        assert how in r.stderr
+
+
+def test_llamacpp_command_defaults_and_seats(tmp_path: Path) -> None:
+    fake = tmp_path / "llama-server"
+    fake.write_text("#!/bin/sh\necho '  -kvu, --kv-unified, -no-kvu, --no-kv-unified'\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    r = run_bash(LESSON02 / "serve_llamacpp.sh", "--dry-run", env=bare_env(LLAMA_SERVER=str(fake)))
+    assert r.returncode == 0, r.stderr
+    assert "8192 tokens of context over 4 seats = 2048 tokens per seat" in r.stdout
+    cmd = r.stdout.splitlines()[-1].split()
+    assert cmd[cmd.index("-hf") + 1] == "bartowski/Meta-Llama-3.1-8B-Instruct-GGUF:Q4_K_M"
+    assert cmd[cmd.index("-c") + 1] == "8192" and cmd[cmd.index("-np") + 1] == "4"
+    assert "--no-kv-unified" in cmd
+    assert cmd[cmd.index("--port") + 1] == "8080"
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    r = run_bash(
+        LESSON02 / "serve_llamacpp.sh",
+        "--dry-run",
+        "Q8_0",
+        "16384",
+        "4",
+        env=bare_env(LLAMA_SERVER=str(fake), LLAMACPP_MODEL=str(model), LLAMACPP_PORT="9090"),
+    )
+    assert "4096 tokens per seat" in r.stdout
+    cmd = r.stdout.splitlines()[-1].split()
+    assert cmd[cmd.index("-m") + 1] == str(model) and "-hf" not in cmd
+    assert cmd[cmd.index("--port") + 1] == "9090"
+
+
+def test_llamacpp_rejects_bad_numbers() -> None:
+    r = run_bash(LESSON02 / "serve_llamacpp.sh", "Q4_K_M", "lots", env=bare_env(LLAMA_SERVER="/bin/true"))
+    assert r.returncode == 2 and "'lots' is not a whole number" in r.stderr
+
+
+def test_mlx_missing_says_activate_the_venv() -> None:
+    r = run_bash(LESSON02 / "serve_mlx.sh", env=bare_env())
+    assert r.returncode == 127 and "source .venv/bin/activate" in r.stderr
+    r = run_bash(LESSON06 / "mlx_prompt_cache.sh", env=bare_env())
+    assert r.returncode == 127
+    assert "mlx_lm.generate: command not found" in r.stderr and "source .venv/bin/activate" in r.stderr
+
+
+def test_mlx_server_command(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "mlx_lm.server").write_text("#!/bin/sh\n")
+    (bin_dir / "mlx_lm.server").chmod(0o755)
+    hub = tmp_path / "hub"
+    env = bare_env(PATH=f"{bin_dir}:/usr/bin:/bin", HF_HUB_CACHE=str(hub))
+    r = run_bash(LESSON02 / "serve_mlx.sh", "--dry-run", env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1].split() == [
+        "mlx_lm.server",
+        "--model",
+        "mlx-community/Meta-Llama-3.1-8B-Instruct-4bit",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8081",
+    ]
+    assert hub.is_dir(), "GET /v1/models needs the hub cache folder to exist"
+
+
+def test_ollama_missing_says_how_to_get_it() -> None:
+    r = run_bash(LESSON02 / "serve_ollama.sh", env=bare_env())
+    assert r.returncode == 127 and "brew install ollama" in r.stderr
+
+
+def test_ollama_command(tmp_path: Path) -> None:
+    r = run_bash(LESSON02 / "serve_ollama.sh", "--dry-run", env=bare_env(OLLAMA_BIN="/bin/true"))
+    assert r.returncode == 0, r.stderr
+    serve, pull = r.stdout.splitlines()[-2:]
+    assert "OLLAMA_CONTEXT_LENGTH=8192" in serve and "OLLAMA_NUM_PARALLEL=4" in serve
+    assert serve.endswith("serve") and "OLLAMA_HOST=127.0.0.1:11434" in serve
+    assert pull.endswith("pull llama3.1:8b")
+
+
+def test_ollama_flow_with_a_stand_in(tmp_path: Path) -> None:
+    """serve in the foreground, wait for /api/version, pull the model, say it listens."""
+    site = tmp_path / "site"
+    (site / "api").mkdir(parents=True)
+    (site / "api" / "version").write_text('{"version": "stand-in"}')
+    fake = tmp_path / "ollama"
+    fake.write_text(
+        "#!/bin/bash\n"
+        f'if [ "$1" = serve ]; then echo "env: $OLLAMA_CONTEXT_LENGTH $OLLAMA_NUM_PARALLEL"; '
+        f'exec python3 -m http.server "${{OLLAMA_HOST##*:}}" --bind 127.0.0.1 --directory {site}; fi\n'
+        f'if [ "$1" = pull ]; then echo "pulled $2" >> {tmp_path}/pulls; fi\n'
+    )
+    fake.chmod(0o755)
+    port = free_port()
+    env = bare_env(OLLAMA_BIN=str(fake), OLLAMA_PORT=str(port))
+    with serving(
+        LESSON02 / "serve_ollama.sh", "qwen3:4b", "16384", "2", env=env, ready="is listening", timeout=30
+    ) as log:
+        assert any("env: 16384 2" in line for line in log)
+        assert any(f"http://127.0.0.1:{port}/v1 (model: qwen3:4b)" in line for line in log)
+        assert (tmp_path / "pulls").read_text() == "pulled qwen3:4b\n"
+        # a second run finds it already up, pulls again, and leaves it alone
+        r = run_bash(LESSON02 / "serve_ollama.sh", "qwen3:4b", env=env, timeout=30)
+        assert r.returncode == 0 and "already runs" in r.stdout
