@@ -58,7 +58,11 @@ def page(browser: Any) -> Iterator[Any]:
     tab = context.new_page()
     errors: list[str] = []
     tab.on("pageerror", lambda exc: errors.append(str(exc)))
-    tab.on("requestfailed", lambda req: errors.append(f"request failed: {req.url}"))
+    # a request the page's own navigation cut short (net::ERR_ABORTED) is not a failure
+    tab.on(
+        "requestfailed",
+        lambda req: "ERR_ABORTED" in (req.failure or "") or errors.append(f"{req.url}: {req.failure}"),
+    )
     yield tab
     context.close()
     assert errors == []
@@ -127,3 +131,56 @@ def test_typed_numbers_survive_a_reload_win_over_prefills_and_reach_the_csv(page
     page.get_by_role("button", name="Use the recorded 1.0").click()
     page.reload()
     assert page.locator(FIELD_TIME_FIRST).input_value() == "1.0"
+
+
+CONTRAST = """
+() => {
+  const rgb = (c) => c.match(/[\\d.]+/g).map(Number);
+  const lum = ([r, g, b]) => {
+    const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+  };
+  const background = (el) => {
+    for (; el; el = el.parentElement) {
+      const c = rgb(getComputedStyle(el).backgroundColor);
+      if (c.length < 4 || c[3] > 0) return c.slice(0, 3);
+    }
+    return [255, 255, 255];
+  };
+  const blend = (fg, bg) =>
+    fg.length < 4 ? fg : fg.slice(0, 3).map((v, i) => v * fg[3] + bg[i] * (1 - fg[3]));
+  const texts = ["p", "li", "dt", "dd", "label", "summary", "h1", "h2", "h3", "td", "th"];
+  const shown = [...document.querySelectorAll(texts.map((t) => "article " + t).join(","))]
+    .filter((el) => el.offsetParent && el.innerText.trim());
+  return shown.map((el) => {
+    const bg = background(el);
+    const a = lum(blend(rgb(getComputedStyle(el).color), bg)), b = lum(bg);
+    const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    return [el.tagName + " " + el.innerText.trim().slice(0, 40), ratio];
+  });
+}
+"""
+
+
+@pytest.mark.parametrize("name", [LESSON, "days/day-05.html", "index.html"])
+def test_pages_are_readable_on_a_phone_labelled_and_in_contrast(page: Any, site_url: str, name: str) -> None:
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(site_url + name)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390  # no sideways scrolling
+    unlabelled = page.evaluate(
+        "[...document.querySelectorAll('article input, article textarea')].filter(e => !e.labels.length)"
+        ".map(e => e.id)"
+    )
+    assert unlabelled == []
+    levels = page.evaluate(
+        "[...document.querySelectorAll('article h1, article h2, article h3, article h4')]"
+        ".map(h => Number(h.tagName[1]))"
+    )
+    assert levels[0] == 1 and levels.count(1) == 1
+    assert all(b - a <= 1 for a, b in zip(levels, levels[1:], strict=False)), (
+        levels
+    )  # no skipped heading level
+    ratios = page.evaluate(CONTRAST)
+    assert len(ratios) > 5
+    low = [(what, round(ratio, 2)) for what, ratio in ratios if ratio < 4.5]  # WCAG AA for body text
+    assert low == []
