@@ -249,3 +249,9 @@ def new_lesson(number: str, name: str) -> None:
     files = ", ".join(sorted(p.name for p in folder.iterdir()))
     click.echo(f"created {folder.relative_to(KIT_ROOT)}/ ({files})")
     click.echo("make smoke now runs it against the practice server.")
+
+
+# Commands that live beside what they make.
+from felab.practice_model import practice_model_command  # noqa: E402  (light: numpy and friends load on use)
+
+cli.add_command(practice_model_command)
