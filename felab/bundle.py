@@ -475,7 +475,23 @@ def assemble(root: Path = KIT_ROOT, staging: Path | None = None) -> tuple[Path, 
         (staging / page.dest).write_text(fill(page), encoding="utf-8")
     index = read_page(course_dir / "index.md", "index.md", kind="index")
     (staging / "index.md").write_text(fill(index), encoding="utf-8")
-    return staging, _nav(pages)
+    nav = _nav(pages)
+    for extra in course.get("kit_pages") or []:
+        source = root / extra["source"]
+        if not source.is_file():
+            raise FelabError(f"course/course.yml lists {extra['source']} in kit_pages; it does not exist.")
+        text = as_plain_links(source.read_text(encoding="utf-8"))
+        (staging / extra["dest"]).write_text(text, encoding="utf-8")
+        nav.append({extra["title"]: extra["dest"]})
+    return staging, nav
+
+
+LINK = re.compile(r"\[([^\]]+)\]\((?!https?:|#)([^)\s]+)\)")
+
+
+def as_plain_links(markdown: str) -> str:
+    """A kit page's relative links, which point outside the bundle, as their text and path."""
+    return LINK.sub(lambda m: f"{m.group(1)} (`{m.group(2)}` in the kit)", markdown)
 
 
 class _Collect(logging.Handler):

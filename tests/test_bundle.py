@@ -45,6 +45,14 @@ def test_every_page_is_built(site: Path) -> None:
         assert (site / name).is_file(), name
 
 
+def test_all_fixes_is_the_troubleshooting_page_without_links_out_of_the_bundle(site: Path) -> None:
+    html = page(site, "all-fixes.html")
+    assert "every message the kit prints" in html
+    assert 'href="all-fixes.html"' in page(site, "index.html")
+    plain = bundle.as_plain_links("See [the engines](engines.md#build), [top](#top) or [docs](https://x.org).")
+    assert plain == "See the engines (`engines.md#build` in the kit), [top](#top) or [docs](https://x.org)."
+
+
 def test_lesson06_has_every_section(site: Path) -> None:
     html = page(site, "lessons/06-prefix-caching.html")
     ids = re.findall(r'<h2 id="([^"]+)"', html)
@@ -213,6 +221,7 @@ def copy_kit(tmp_path: Path) -> Path:
     root.mkdir()
     shutil.copy(KIT_ROOT / "mkdocs.yml", root)
     shutil.copytree(KIT_ROOT / "course", root / "course")
+    shutil.copytree(KIT_ROOT / "docs", root / "docs")
     shutil.copytree(KIT_ROOT / "lessons", root / "lessons", ignore=shutil.ignore_patterns("__pycache__"))
     write_results(tmp_path / "results")
     return root
