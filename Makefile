@@ -4,9 +4,11 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
+ENGINES_STAMP := $(VENV)/.installed-engines
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo mock check smoke test lint numbers new-lesson fw-check bundle bundle-serve
+.PHONY: help setup demo mock check smoke test lint numbers new-lesson fw-check bundle bundle-serve \
+	engines llama-server practice-model test-engines
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -47,6 +49,21 @@ bundle: $(STAMP) ## the lesson pages as an offline site in build/bundle/, your n
 
 bundle-serve: bundle ## open the lesson pages at http://127.0.0.1:8770/ (Ctrl+C stops; always the same address)
 	@$(PY) -m felab bundle serve
+
+$(ENGINES_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,engines]'
+	@touch $@
+
+engines: $(ENGINES_STAMP) ## install MLX (its CPU build on Linux) and the practice model's packages into .venv
+
+llama-server: ## build llama.cpp's llama-server from source into .tools/bin (no Homebrew needed; ~20 min on 2 cores)
+	@bash scripts/build_llama_server.sh
+
+practice-model: $(ENGINES_STAMP) ## write the offline practice model (random weights, gibberish) to .tools/practice-model
+	@$(PY) -m felab.practice_model
+
+test-engines: $(ENGINES_STAMP) ## real llama.cpp and MLX with the practice model (each skips, saying why, if missing)
+	$(PY) -m pytest -m engines tests/engines
 
 lint: $(STAMP) ## ruff over the kit
 	$(PY) -m ruff check felab lessons tests

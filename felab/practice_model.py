@@ -87,14 +87,16 @@ class Shape:
 
 # ── the tokenizer ─────────────────────────────────────────────────────────────
 def training_text() -> list[str]:
-    """Built-in text and the kit's lesson sources (.py, .md), weighted ten times, then filler.
+    """Built-in text, lesson 06's opening and the kit's lesson sources, weighted, then filler.
 
-    The weight makes the words of the lesson prompts whole tokens first (lesson 06's
-    opening then comes to about 2,800 tokens, close to its chars/4 estimate of 3,028;
-    without the weight it would be ~4,500 and overflow a 4,096-token seat). CPython's
-    own help text fills the rest of the vocabulary: plain English, always installed.
+    A real tokenizer, trained on a vast corpus, reads ordinary English at about one
+    token per word. This one has a few hundred kilobytes to learn from, so the text the
+    engines will be sent comes first, ten times over: lesson 06's opening (about 2,800
+    tokens then, close to its chars/4 estimate of 3,028; without it, over 4,000 and the
+    opening would overflow a 4,096-token seat) and the lesson sources. CPython's own
+    help text fills the rest of the vocabulary: plain English, always installed.
     """
-    kit = [BUILTIN_TEXT]
+    kit = [BUILTIN_TEXT, *lesson06_prompts()]
     lessons = KIT_ROOT / "lessons"
     if lessons.is_dir():
         for path in sorted(lessons.glob("*/*")):
@@ -108,6 +110,20 @@ def training_text() -> list[str]:
     except ImportError:
         pass
     return texts
+
+
+def lesson06_prompts() -> list[str]:
+    """Lesson 06's opening and questions, as prefix_bench.py sends them (none outside the kit)."""
+    path = KIT_ROOT / "lessons" / "06-prefix-caching" / "prefix_bench.py"
+    if not path.is_file():
+        return []
+    spec = importlib.util.spec_from_file_location("_felab_prefix_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)  # lesson scripts run nothing at import
+    except Exception:  # a broken lesson must not stop the practice model
+        return []
+    return [str(getattr(module, "PREAMBLE", "")), "\n".join(getattr(module, "QUESTIONS", []))]
 
 
 def train_tokenizer(vocab_size: int):
