@@ -5,13 +5,18 @@
 
 What it models, each in one short place:
 - the prefix cache: felab/prefix_cache.py (`PrefixCache.uncached_tokens()`);
-- the timing: felab/timing.py (overhead + prefill of the uncached tokens, then decode).
+- the timing: felab/timing.py (overhead + prefill of the uncached tokens, then decode);
+- replicas behind one address and how a request picks one: felab/fleet.py;
+- the counters of `GET /metrics`, with vLLM's names: felab/metrics.py;
+- failures on purpose (429, 503, 500, a cut stream): felab/faults.py.
 
 What it serves: `POST /v1/chat/completions` (streamed or not), `GET /v1/models`,
-`GET /health`, and `POST /admin/reset`, which empties the prefix cache without
-a restart. Usage reports `prompt_tokens_details.cached_tokens` as vLLM,
-SGLang and Fireworks do. Every error uses OpenAI's envelope
-`{"error": {"message", "type", "param", "code"}}` with a 4xx status.
+`GET /health`, `GET /metrics`, and `POST /admin/reset`, which empties the prefix
+caches without a restart. Usage reports `prompt_tokens_details.cached_tokens` as
+vLLM, SGLang and Fireworks do; the `x-felab-replica` header says which replica
+served the request. Every error uses OpenAI's envelope
+`{"error": {"message", "type", "param", "code"}}` with a 4xx status (5xx only
+when injected on purpose with `--fail-rate`).
 """
 
 from __future__ import annotations
@@ -20,21 +25,25 @@ import asyncio
 import contextlib
 import itertools
 import json
+import logging
 import socket
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import click
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from felab.prefix_cache import PrefixCache, tokenize
-from felab.timing import PrefillLane, TimingModel
+from felab import metrics
+from felab.faults import ERRORS, FAULT_TYPES, RETRY_AFTER_S, Faults, HideStreamCuts, StreamCut
+from felab.fleet import ROUTES, Fleet
+from felab.prefix_cache import tokenize
+from felab.timing import TimingModel
 
 DEFAULT_PORT = 8765
 MODEL_ID = "felab-practice"
@@ -50,6 +59,12 @@ class Settings:
     context_tokens: int = 131_072
     max_body_bytes: int = 8 * 1024 * 1024
     default_max_tokens: int = 16
+    replicas: int = 1
+    route: str = "affinity"
+    cache_ttl_s: float | None = None
+    fail_rate: float = 0.0
+    fail_types: tuple[str, ...] = FAULT_TYPES
+    seed: int = 0
 
 
 # ── Requests ──────────────────────────────────────────────────────────────────
@@ -98,15 +113,29 @@ def chat_template(messages: list[Message]) -> str:
 
 class ApiError(Exception):
     def __init__(
-        self, status: int, message: str, type_: str, param: str | None = None, code: str | None = None
+        self,
+        status: int,
+        message: str,
+        type_: str,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
     ):
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
+        self.headers = headers
 
 
-def error_response(status: int, message: str, type_: str, param: str | None = None, code: str | None = None):
+def error_response(
+    status: int,
+    message: str,
+    type_: str,
+    param: str | None = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+):
     body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
@@ -128,6 +157,7 @@ class BodySizeLimit:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         scope["felab_arrival"] = asyncio.get_running_loop().time()  # before the body is read and parsed
+        await asyncio.sleep(0)  # requests that came in together all note their arrival before any is parsed
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared and declared.isdigit() and int(declared) > self.limit:
             return await self._refuse(send)
@@ -166,9 +196,18 @@ class ServerState:
     """All mutable state, kept on the app (no module-level globals)."""
 
     settings: Settings
-    cache: PrefixCache
-    lane: PrefillLane = field(default_factory=PrefillLane)
+    fleet: Fleet
+    faults: Faults
     ids: itertools.count = field(default_factory=itertools.count)
+
+    @classmethod
+    def fresh(cls, s: Settings) -> ServerState:
+        """Empty caches, idle lanes, zeroed counters, generators back at their seed."""
+        return cls(
+            s,
+            Fleet(s.replicas, s.route, s.cache_blocks, s.cache_ttl_s, s.timing, s.seed),
+            Faults(s.fail_rate, s.fail_types, s.seed),
+        )
 
 
 WORDS = ("This", " is", " the", " practice", " server", " answering", " with", " placeholder", " words", ".")
@@ -179,22 +218,34 @@ def reply_tokens(n: int) -> list[str]:
     return [WORDS[i % len(WORDS)] for i in range(n)]
 
 
-async def sleep_until(loop: asyncio.AbstractEventLoop, deadline: float) -> None:
-    delay = deadline - loop.time()
+PRECISE_S = 0.002
+
+
+async def sleep_until(loop: asyncio.AbstractEventLoop, deadline: float, precise: bool = False) -> None:
+    """Sleep until `deadline` (loop time).
+
+    asyncio wakes a timer up to about 1 ms late (the kernel call takes whole
+    milliseconds). For the first token, whose time the client measures, a
+    `precise` sleep stops PRECISE_S early and then yields to the event loop
+    until the deadline has passed. Later tokens do not spin: that would cost
+    CPU on every token for no visible gain.
+    """
+    delay = deadline - loop.time() - (PRECISE_S if precise else 0.0)
     if delay > 0:
         await asyncio.sleep(delay)
+    while precise and loop.time() < deadline:
+        await asyncio.sleep(0)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the practice server's app; `uvicorn` or a test serves it."""
     settings = settings or Settings()
-    state = ServerState(settings, PrefixCache(settings.cache_blocks))
+    state = ServerState.fresh(replace(settings, fail_rate=0.0))  # for the warm-up, which must not fail
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await warm_up(wrapped, settings.model)
-        state.cache.clear()
-        state.lane = PrefillLane()
+        app.state.felab = ServerState.fresh(settings)  # forget the warm-up entirely
         yield
 
     app = FastAPI(
@@ -216,7 +267,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(ApiError)
     async def _api(_: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.message, exc.type, exc.param, exc.code)
+        return error_response(exc.status, exc.message, exc.type, exc.param, exc.code, exc.headers)
 
     @app.get("/health")
     async def health() -> dict:
@@ -227,11 +278,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         entry = {"id": settings.model, "object": "model", "created": 0, "owned_by": "felab"}
         return {"object": "list", "data": [entry]}
 
+    @app.get("/metrics")
+    async def prometheus() -> PlainTextResponse:
+        state = app.state.felab
+        page = metrics.render(
+            state.fleet.replicas,
+            settings.model,
+            asyncio.get_running_loop().time(),
+            state.faults.injected,
+        )
+        return PlainTextResponse(page, media_type=metrics.CONTENT_TYPE)
+
     @app.post("/admin/reset")
     async def reset() -> dict:
-        """Forget every cached block, as a restart would."""
-        cleared = len(state.cache)
-        state.cache.clear()
+        """Forget every cached block of every replica, as a restart would."""
+        caches = [r.cache for r in app.state.felab.fleet.replicas]
+        cleared = sum(len(c) for c in caches)
+        for c in caches:
+            c.clear()
         return {"cleared_blocks": cleared}
 
     @app.post("/v1/chat/completions")
@@ -256,24 +320,42 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "context_length_exceeded",
             )
 
+        state: ServerState = app.state.felab
+        fault = state.faults.draw()
+        if fault in ERRORS:
+            status, text, type_, code = ERRORS[fault]
+            raise ApiError(status, text, type_, None, code, {"retry-after": str(RETRY_AFTER_S)})
+
         loop = asyncio.get_running_loop()
         arrival = request.scope.get("felab_arrival", loop.time())
-        uncached = state.cache.uncached_tokens(tokens)
-        state.cache.insert(tokens)  # safe at arrival: the FIFO lane prefills earlier prompts first
-        _, first_token_at = state.lane.schedule(arrival, settings.timing, uncached)
+        session = request.headers.get("x-session-affinity") or req.user
+        replica = state.fleet.pick(tokens, session, arrival)
+        uncached = replica.cache.uncached_tokens(tokens)
+        prefill_start, first_token_at = replica.lane.schedule(arrival, settings.timing, uncached)
+        # Safe at arrival: the FIFO lane prefills earlier prompts first. Used until its prefill ends.
+        replica.cache.insert(tokens, used_at=first_token_at)
+        rid, created = f"chatcmpl-felab-{next(state.ids)}", int(time.time())
+        replica.stats.admit(
+            rid, len(tokens), len(tokens) - uncached, max_tokens, prefill_start, first_token_at - arrival
+        )
         usage = {
             "prompt_tokens": len(tokens),
             "completion_tokens": max_tokens,
             "total_tokens": len(tokens) + max_tokens,
             "prompt_tokens_details": {"cached_tokens": len(tokens) - uncached},
         }
-        rid, created = f"chatcmpl-felab-{next(state.ids)}", int(time.time())
         words = reply_tokens(max_tokens)
         interval = settings.timing.token_interval_s()
-        headers = {"x-felab-predicted-ttft-ms": f"{(first_token_at - arrival) * 1000:.3f}"}
+        headers = {
+            "x-felab-predicted-ttft-ms": f"{(first_token_at - arrival) * 1000:.3f}",
+            "x-felab-replica": str(replica.index),
+        }
 
         if not req.stream:
-            await sleep_until(loop, first_token_at + interval * (max_tokens - 1))
+            try:
+                await sleep_until(loop, first_token_at + interval * (max_tokens - 1))
+            finally:
+                replica.stats.done(rid)
             message = {"role": "assistant", "content": "".join(words)}
             body = {
                 "id": rid,
@@ -296,11 +378,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             return f"data: {json.dumps(data)}\n\n"
 
         async def events() -> AsyncIterator[str]:
+            try:
+                async for event in stream():
+                    yield event
+            finally:  # also when the client goes away mid-reply
+                replica.stats.done(rid)
+
+        async def stream() -> AsyncIterator[str]:
             # The role arrives at once, as on many servers; a TTFT taken at the first
             # chunk of any kind would read ~0 ms here. felab waits for content.
             yield chunk({"role": "assistant", "content": ""})
             for i, word in enumerate(words):
-                await sleep_until(loop, first_token_at + i * interval)
+                await sleep_until(loop, first_token_at + i * interval, precise=i == 0)
+                if fault == "cut" and i == len(words) // 2:
+                    raise StreamCut(rid)  # uvicorn closes the connection mid-body
                 yield chunk({"content": word}, "length" if i == len(words) - 1 else None)
             if req.stream_options and req.stream_options.include_usage:
                 data = {
@@ -392,6 +483,39 @@ def port_is_free(host: str, port: int) -> bool:
     help="prefix-cache capacity in 64-token blocks (least recently used evicted)",
 )
 @click.option("--context-tokens", default=131_072, show_default=True, help="largest prompt + reply, tokens")
+@click.option(
+    "--replicas",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 256),
+    help="copies behind this one address, each with its own cache and prefill lane",
+)
+@click.option(
+    "--route",
+    default="affinity",
+    show_default=True,
+    type=click.Choice(ROUTES),
+    help="how a request picks a replica (affinity: by x-session-affinity or user, else random)",
+)
+@click.option(
+    "--cache-ttl",
+    type=click.FloatRange(min=0, min_open=True),
+    help="seconds a cached block may stay unused before it expires [default: never]",
+)
+@click.option(
+    "--fail-rate",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(0, 1),
+    help="share of valid chat requests that fail on purpose (0.05 = 5%)",
+)
+@click.option(
+    "--fail-types",
+    default=",".join(FAULT_TYPES),
+    show_default=True,
+    help="which failures --fail-rate injects, comma-separated: 429, 503, 500, cut (a stream cut mid-way)",
+)
+@click.option("--seed", default=0, show_default=True, help="seed for random routing and failure draws")
 def main(
     host: str,
     port: int,
@@ -401,6 +525,12 @@ def main(
     decode_tps: float,
     cache_blocks: int,
     context_tokens: int,
+    replicas: int,
+    route: str,
+    cache_ttl: float | None,
+    fail_rate: float,
+    fail_types: str,
+    seed: int,
 ) -> None:
     """The practice server: an OpenAI-compatible server with a prefix cache, offline.
 
@@ -408,7 +538,10 @@ def main(
     Examples:
       python -m felab.mock_server
       python -m felab.mock_server --port 9000 --prefill-tps 1050
+      python -m felab.mock_server --replicas 18 --route affinity --cache-ttl 60
+      python -m felab.mock_server --fail-rate 0.1 --fail-types 429,cut --seed 7
       curl -X POST http://127.0.0.1:8765/admin/reset     # empty its cache
+      curl http://127.0.0.1:8765/metrics                 # counters, with vLLM's names
     """
     import uvicorn
 
@@ -419,16 +552,34 @@ def main(
             f"port {port} on {host} is in use: a practice server may already be running (`make check` "
             f"shows it; stop it with `pkill -f felab.mock_server`), or pass another --port."
         )
+    kinds = tuple(k.strip() for k in fail_types.split(",") if k.strip())
+    if not kinds or set(kinds) - set(FAULT_TYPES):
+        hint = f"use some of {', '.join(FAULT_TYPES)}, comma-separated"
+        raise click.BadParameter(hint, param_hint="--fail-types")
     timing = TimingModel(overhead_ms, prefill_tps, decode_tps)
-    app = create_app(
-        Settings(model=model, timing=timing, cache_blocks=cache_blocks, context_tokens=context_tokens)
+    settings = Settings(
+        model=model,
+        timing=timing,
+        cache_blocks=cache_blocks,
+        context_tokens=context_tokens,
+        replicas=replicas,
+        route=route,
+        cache_ttl_s=cache_ttl,
+        fail_rate=fail_rate,
+        fail_types=kinds,
+        seed=seed,
     )
+    fleet = f" · {replicas} replicas, route {route}" if replicas > 1 else ""
+    ttl = f" · cache TTL {cache_ttl:g} s" if cache_ttl else ""
+    faults = f" · failing {fail_rate:.0%} ({', '.join(kinds)}, seed {seed})" if fail_rate else ""
     print(
         f"practice server listening on http://{host}:{port}/v1 · model {model} · "
-        f"prefill {prefill_tps:g} tok/s · decode {decode_tps:g} tok/s · Ctrl+C stops it",
+        f"prefill {prefill_tps:g} tok/s · decode {decode_tps:g} tok/s{fleet}{ttl}{faults} · Ctrl+C stops it",
         flush=True,
     )
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    config = uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning", access_log=False)
+    logging.getLogger("uvicorn.error").addFilter(HideStreamCuts())  # after Config has set up logging
+    uvicorn.Server(config).run()
 
 
 if __name__ == "__main__":

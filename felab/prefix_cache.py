@@ -10,11 +10,16 @@
    What was found is reused; the rest must be prefilled.
 
 The cache holds at most `capacity` blocks and evicts the least recently used.
+With a time to live (`ttl_s`, the server's `--cache-ttl`), blocks unused for
+that long expire, as caches on real servers do when a session goes idle.
 """
 
 from __future__ import annotations
 
+import itertools
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 
 CHARS_PER_TOKEN = 4
 BLOCK_TOKENS = 64
@@ -35,29 +40,57 @@ def block_keys(tokens: list[str]) -> list[int]:
 
 
 class PrefixCache:
-    """Full blocks of earlier prompts, least recently used first."""
+    """Full blocks of earlier prompts, least recently used first, each with the time it was last used."""
 
-    def __init__(self, capacity_blocks: int = 4096) -> None:
-        self.capacity = capacity_blocks
-        self.blocks: OrderedDict[int, None] = OrderedDict()
+    def __init__(
+        self,
+        capacity_blocks: int = 4096,
+        ttl_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.capacity, self.ttl_s, self.clock = capacity_blocks, ttl_s, clock
+        self.blocks: OrderedDict[int, float] = OrderedDict()  # key -> when last used
 
     def uncached_tokens(self, tokens: list[str]) -> int:
         """How many tokens of this prompt must be prefilled: all after the longest cached prefix."""
-        hit = 0
+        self.expire()
+        found = []
         for key in block_keys(tokens):
             if key not in self.blocks:
                 break
-            self.blocks.move_to_end(key)  # a hit makes the block recently used
-            hit += BLOCK_TOKENS
-        return len(tokens) - hit
+            found.append(key)
+        self.touch(found)  # a hit makes the blocks recently used
+        return len(tokens) - len(found) * BLOCK_TOKENS
 
-    def insert(self, tokens: list[str]) -> None:
-        """After prefill: keep this prompt's full blocks, evicting the least recently used."""
-        for key in block_keys(tokens):
-            self.blocks[key] = None
-            self.blocks.move_to_end(key)
+    def insert(self, tokens: list[str], used_at: float | None = None) -> None:
+        """After prefill: keep this prompt's full blocks, evicting the least recently used.
+
+        `used_at`: when the server is done reading them (the end of this prompt's prefill),
+        if later than now. The time to live counts from then.
+        """
+        self.touch(block_keys(tokens), used_at)
         while len(self.blocks) > self.capacity:
             self.blocks.popitem(last=False)
+
+    def touch(self, keys: list[int], used_at: float | None = None) -> None:
+        """Mark blocks used (default: now), the last block first: a prompt's tail goes before its start."""
+        now = self.clock() if used_at is None else used_at
+        for key in reversed(keys):
+            self.blocks[key] = now
+            self.blocks.move_to_end(key)
+
+    def expire(self) -> None:
+        """Forget blocks unused for longer than `ttl_s`; the least recently used come first."""
+        if self.ttl_s is None:
+            return
+        oldest_kept = self.clock() - self.ttl_s
+        while self.blocks and next(iter(self.blocks.values())) < oldest_kept:
+            self.blocks.popitem(last=False)
+
+    def cached_blocks(self, keys: list[int]) -> int:
+        """How many leading blocks of `keys` are cached, marking nothing used (for a router's peek)."""
+        self.expire()
+        return sum(1 for _ in itertools.takewhile(self.blocks.__contains__, keys))
 
     def clear(self) -> None:
         self.blocks.clear()

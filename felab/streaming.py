@@ -21,7 +21,8 @@ from typing import Any
 
 import openai
 
-from felab.errors import explain
+from felab.errors import FelabError, explain
+from felab.paths import from_here
 from felab.targets import Target, TargetClient
 
 
@@ -94,6 +95,16 @@ def _target(cli: openai.OpenAI) -> Target:
     return Target("server", str(cli.base_url), "", "", False, "the server")
 
 
+def cut_off(exc: openai.OpenAIError, target: Target, tokens: int) -> FelabError:
+    """A reply that started and then broke off (connection closed or stalled before its end)."""
+    how = "stalled" if isinstance(exc, openai.APITimeoutError) else "was cut off (the connection closed)"
+    return FelabError(
+        f"The reply from the {target.name} server at {target.base_url} {how} after {tokens} tokens, before "
+        f"its end. The server may have restarted, dropped the connection or hit an error mid-reply: run "
+        f"again; if it keeps happening, check the server (`{from_here('make check')}`) and restart it."
+    )
+
+
 def stream_once(
     cli: openai.OpenAI, model: str, messages: list[dict], max_tokens: int = 48, **extra: Any
 ) -> CallResult:
@@ -108,6 +119,7 @@ def stream_once(
     gaps: list[float] = []
     chunks = 0
     completions = cli.chat.completions  # the SDK loads this lazily: keep that out of the clock
+    stream = None
     t0 = time.perf_counter()
     try:
         stream = completions.create(
@@ -125,6 +137,8 @@ def stream_once(
             usage = chunk.usage or usage
             timings = getattr(chunk, "timings", None) or timings
     except openai.OpenAIError as exc:
+        if stream is not None:  # the reply had started: the stream was cut off mid-way
+            raise cut_off(exc, _target(cli), chunks) from exc
         raise explain(exc, _target(cli)) from exc
     if ttft is None or last is None:  # no text at all: report the wait until the stream ended
         last = time.perf_counter()

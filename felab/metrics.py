@@ -1,0 +1,147 @@
+"""`GET /metrics`: the practice server's counters in Prometheus' text format, with vLLM's names.
+
+What a learner reads here reads the same on a vLLM server's /metrics:
+
+    vllm:prefix_cache_queries_total    prompt tokens looked up in the prefix cache
+    vllm:prefix_cache_hits_total       of those, tokens found there (= usage cached_tokens)
+    vllm:prompt_tokens_total           prompt tokens of admitted requests
+    vllm:generation_tokens_total       reply tokens of admitted requests
+    vllm:num_requests_running          requests in prefill or decoding, now
+    vllm:num_requests_waiting          requests waiting for the prefill lane, now
+    vllm:time_to_first_token_seconds   histogram of the TTFT the timing model scheduled
+                                       (the same value as the x-felab-predicted-ttft-ms header)
+
+Every series carries `model_name` (as vLLM's) and `replica` (0..N-1, one per
+replica of `--replicas`). Hit rate over a run = hits / queries; a cache that
+is never hit only takes memory. Two more: `process_cpu_seconds_total`
+(Prometheus' standard process metric) and `felab:injected_faults_total`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+TTFT_BUCKETS_S = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+"""vLLM's buckets for vllm:time_to_first_token_seconds."""
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass
+class ReplicaStats:
+    """One replica's counters, and the requests it is serving now."""
+
+    queries: int = 0
+    hits: int = 0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    ttft_bucket_counts: list[int] = field(default_factory=lambda: [0] * len(TTFT_BUCKETS_S))
+    ttft_sum_s: float = 0.0
+    ttft_count: int = 0
+    in_flight: dict[str, float] = field(default_factory=dict)
+    """request id -> when its prefill starts (loop time); removed when its reply ends."""
+
+    def admit(
+        self, rid: str, prompt: int, cached: int, reply: int, prefill_start: float, ttft_s: float
+    ) -> None:
+        """Count one request as the replica takes it (cached: prompt tokens found in the cache)."""
+        self.queries += prompt
+        self.hits += cached
+        self.prompt_tokens += prompt
+        self.generation_tokens += reply
+        for i, upper in enumerate(TTFT_BUCKETS_S):
+            self.ttft_bucket_counts[i] += ttft_s <= upper
+        self.ttft_sum_s += ttft_s
+        self.ttft_count += 1
+        self.in_flight[rid] = prefill_start
+
+    def done(self, rid: str) -> None:
+        self.in_flight.pop(rid, None)
+
+
+class HasStats(Protocol):
+    index: int
+    stats: ReplicaStats
+
+
+def render(replicas: Sequence[HasStats], model: str, now: float, faults: dict[str, int]) -> str:
+    """The whole /metrics page (`now`: the server's loop time, for the running/waiting gauges)."""
+    out: list[str] = []
+
+    def family(name: str, kind: str, help_: str, rows: list[tuple[str, float]]) -> None:
+        out.extend([f"# HELP {name} {help_}", f"# TYPE {name} {kind}"])
+        out.extend(f"{series} {value}" for series, value in rows)
+
+    def labels(r: HasStats, le: str | None = None) -> str:
+        bucket = f'le="{le}",' if le else ""
+        return f'{{{bucket}model_name="{model}",replica="{r.index}"}}'
+
+    def per_replica(name: str, kind: str, help_: str, value: Callable[[ReplicaStats], float]) -> None:
+        series = f"{name}_total" if kind == "counter" else name
+        family(name, kind, help_, [(f"{series}{labels(r)}", value(r.stats)) for r in replicas])
+
+    per_replica("vllm:prefix_cache_queries", "counter", "Prefix cache queries, tokens.", lambda s: s.queries)
+    per_replica("vllm:prefix_cache_hits", "counter", "Prefix cache hits, in tokens.", lambda s: s.hits)
+    per_replica("vllm:prompt_tokens", "counter", "Prompt tokens admitted.", lambda s: s.prompt_tokens)
+    per_replica("vllm:generation_tokens", "counter", "Reply tokens admitted.", lambda s: s.generation_tokens)
+    per_replica(
+        "vllm:num_requests_running",
+        "gauge",
+        "Requests in prefill or decoding.",
+        lambda s: sum(start <= now for start in s.in_flight.values()),
+    )
+    per_replica(
+        "vllm:num_requests_waiting",
+        "gauge",
+        "Requests waiting for the prefill lane.",
+        lambda s: sum(start > now for start in s.in_flight.values()),
+    )
+
+    name, rows = "vllm:time_to_first_token_seconds", []
+    for r in replicas:
+        s = r.stats
+        counts = zip(TTFT_BUCKETS_S, s.ttft_bucket_counts, strict=True)
+        rows += [(f"{name}_bucket{labels(r, str(le))}", n) for le, n in counts]
+        rows += [(f"{name}_bucket{labels(r, '+Inf')}", s.ttft_count)]
+        rows += [(f"{name}_sum{labels(r)}", s.ttft_sum_s), (f"{name}_count{labels(r)}", s.ttft_count)]
+    family(name, "histogram", "Time to first token the timing model scheduled, in seconds.", rows)
+
+    family(
+        "felab:injected_faults",
+        "counter",
+        "Failures injected by --fail-rate, by type.",
+        [(f'felab:injected_faults_total{{type="{kind}"}}', n) for kind, n in faults.items()],
+    )
+    family(
+        "process_cpu_seconds_total",
+        "counter",
+        "CPU time of the server process, in seconds.",
+        [("process_cpu_seconds_total", time.process_time())],
+    )
+    return "\n".join(out) + "\n"

@@ -1,0 +1,155 @@
+"""Replicas, routing and cache expiry: the rules (fleet.py, prefix_cache.py), then the server."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from felab.fleet import Fleet, rendezvous
+from felab.mock_server import main as server_main
+from felab.practice import practice_server
+from felab.prefix_cache import BLOCK_TOKENS, PrefixCache, tokenize
+from felab.timing import TimingModel
+
+MODEL = "felab-practice"
+OPENING = tokenize("".join(f"rule {i}: be kind. " for i in range(200)))  # ~850 tokens
+
+
+def fleet(route: str, n: int = 4, seed: int = 0) -> Fleet:
+    return Fleet(n, route, cache_blocks=4096, cache_ttl_s=None, timing=TimingModel(), seed=seed)
+
+
+# ── Routing rules ─────────────────────────────────────────────────────────────
+
+
+def test_rendezvous_is_stable_and_spreads_sessions() -> None:
+    assert rendezvous("session-7", 18) == rendezvous("session-7", 18)
+    spread = Counter(rendezvous(f"s{i}", 18) for i in range(1800))
+    assert len(spread) == 18 and max(spread.values()) < 2 * 1800 / 18
+
+
+def test_rendezvous_moves_few_sessions_when_a_replica_is_added() -> None:
+    moved = sum(rendezvous(f"s{i}", 18) != rendezvous(f"s{i}", 19) for i in range(1900))
+    assert moved < 1900 * 2 / 19  # about 1/19 move; a modulo hash would move about 18/19
+
+
+def test_round_robin_takes_each_replica_in_turn() -> None:
+    f = fleet("round-robin")
+    assert [f.pick(OPENING, None, 0.0).index for _ in range(6)] == [0, 1, 2, 3, 0, 1]
+
+
+def test_affinity_pins_a_session_and_falls_back_to_seeded_random() -> None:
+    f = fleet("affinity", n=8)
+    assert len({f.pick(OPENING, "alice", 0.0).index for _ in range(20)}) == 1
+    no_session = [f.pick(OPENING, None, 0.0).index for _ in range(40)]
+    assert len(set(no_session)) > 3
+    again = fleet("affinity", n=8)
+    assert [again.pick(OPENING, None, 0.0).index for _ in range(40)] == no_session  # same seed, same draws
+
+
+def test_prefix_route_follows_the_cache_and_spreads_cold_prompts() -> None:
+    f = fleet("prefix")
+    f.replicas[2].cache.insert(OPENING)
+    assert f.pick(OPENING + tokenize("question"), None, 0.0).index == 2
+    f.replicas[2].lane.free_at = 100.0  # replica 2 is busy for 100 s: cold elsewhere is sooner
+    assert f.pick(OPENING, None, 0.0).index != 2
+    cold = tokenize("something nobody has seen " * 40)
+    f.replicas[0].lane.free_at = 1.0
+    assert f.pick(cold, None, 0.0).index == 1  # none holds it: the least loaded (then the lowest index)
+
+
+def test_a_single_replica_ignores_the_route() -> None:
+    assert {fleet(route, n=1).pick(OPENING, "x", 0.0).index for route in ("random", "prefix")} == {0}
+
+
+# ── Cache expiry and eviction order ──────────────────────────────────────────
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_blocks_unused_for_the_ttl_expire_and_use_renews_them() -> None:
+    clock = Clock()
+    cache = PrefixCache(ttl_s=10, clock=clock)
+    cache.insert(OPENING)
+    clock.now = 8
+    assert cache.uncached_tokens(OPENING) < BLOCK_TOKENS  # a hit at t=8 renews every block
+    clock.now = 17
+    assert cache.uncached_tokens(OPENING) < BLOCK_TOKENS
+    clock.now = 27.5  # idle for 10.5 s
+    assert cache.uncached_tokens(OPENING) == len(OPENING)
+    assert len(cache) == 0
+
+
+def test_without_a_ttl_nothing_expires() -> None:
+    clock = Clock()
+    cache = PrefixCache(clock=clock)
+    cache.insert(OPENING)
+    clock.now = 1e9
+    assert cache.uncached_tokens(OPENING) < BLOCK_TOKENS
+
+
+def test_under_pressure_a_prompts_tail_is_evicted_before_its_start() -> None:
+    blocks = len(OPENING) // BLOCK_TOKENS
+    cache = PrefixCache(capacity_blocks=blocks)
+    cache.insert(OPENING)
+    cache.insert(tokenize("z" * BLOCK_TOKENS * 4))  # one block more than fits
+    assert cache.uncached_tokens(OPENING) == len(OPENING) - (blocks - 1) * BLOCK_TOKENS
+
+
+# ── The server ───────────────────────────────────────────────────────────────
+
+
+def chat(url: str, text: str, **extra) -> httpx.Response:
+    headers = extra.pop("headers", {})
+    body = {"model": MODEL, "messages": [{"role": "user", "content": text}], "max_tokens": 2, **extra}
+    r = httpx.post(f"{url}/chat/completions", json=body, headers=headers, timeout=30)
+    r.raise_for_status()
+    return r
+
+
+def test_each_reply_names_its_replica_and_a_session_keeps_its_cache() -> None:
+    text = "an agent's long opening. " * 120
+    with practice_server("--replicas", "4", "--route", "affinity", "--prefill-tps", "50000") as url:
+        first = chat(url, text, user="alice")
+        second = chat(url, text + " and more", user="alice")
+        by_header = chat(url, text + " and more", headers={"x-session-affinity": "alice"})
+        assert first.headers["x-felab-replica"] == second.headers["x-felab-replica"]
+        assert by_header.headers["x-felab-replica"] == first.headers["x-felab-replica"]
+        assert second.json()["usage"]["prompt_tokens_details"]["cached_tokens"] > 600
+        replicas = {chat(url, f"{i} {text}").headers["x-felab-replica"] for i in range(30)}
+        assert replicas <= {"0", "1", "2", "3"} and len(replicas) > 1
+
+
+def test_round_robin_on_the_server_cycles_through_replicas() -> None:
+    with practice_server("--replicas", "3", "--route", "round-robin") as url:
+        assert [chat(url, "hi").headers["x-felab-replica"] for _ in range(4)] == ["0", "1", "2", "0"]
+
+
+def test_the_cache_expires_after_an_idle_spell() -> None:
+    # Wide margins (noisy machine): TTL 1 s; "at once" is well under it, the idle spell 2 s.
+    text = "a short opening to cache. " * 40
+    with practice_server("--cache-ttl", "1", "--prefill-tps", "50000") as url:
+        chat(url, text)
+        warm = chat(url, text).json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+        time.sleep(2.0)
+        cold = chat(url, text).json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert warm > 0 and cold == 0
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--replicas", "0"], ["--route", "nearest"], ["--cache-ttl", "0"], ["--fail-rate", "2"]],
+)
+def test_bad_fleet_flags_are_refused_before_starting(flags: list[str]) -> None:
+    result = CliRunner().invoke(server_main, flags)
+    assert result.exit_code == 2 and "Invalid value" in result.output

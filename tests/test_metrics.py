@@ -1,0 +1,117 @@
+"""`GET /metrics`: Prometheus text with vLLM's names, agreeing with the usage the client saw."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+
+import httpx
+
+from felab.metrics import TTFT_BUCKETS_S, ReplicaStats, render
+from felab.practice import practice_server
+
+MODEL = "felab-practice"
+SERIES = re.compile(r"^([a-z_:]+)(?:\{(.*)\})? (\S+)$")
+
+
+def parse(page: str) -> dict[tuple[str, frozenset], float]:
+    """Every sample of a Prometheus text page, keyed by name and labels."""
+    samples = {}
+    for line in page.splitlines():
+        if line.startswith("#") or not line:
+            continue
+        name, labels, value = SERIES.match(line).groups()
+        pairs = frozenset(re.findall(r'(\w+)="([^"]*)"', labels or ""))
+        samples[(name, pairs)] = float(value)
+    return samples
+
+
+def per_replica(samples: dict, name: str) -> dict[str, float]:
+    return {dict(labels)["replica"]: v for (n, labels), v in samples.items() if n == name}
+
+
+def call(url: str, text: str, user: str, stream: bool) -> tuple[str, dict]:
+    """One chat request; (the replica that served it, the usage the client saw)."""
+    body = {
+        "model": MODEL,
+        "messages": [
+            {"role": "system", "content": "An opening shared by all. " * 60},
+            {"role": "user", "content": text},
+        ],
+        "max_tokens": 3,
+        "user": user,
+        "stream": stream,
+        "stream_options": {"include_usage": True} if stream else None,
+    }
+    if not stream:
+        r = httpx.post(f"{url}/chat/completions", json=body, timeout=30)
+        return r.headers["x-felab-replica"], r.json()["usage"]
+    with httpx.stream("POST", f"{url}/chat/completions", json=body, timeout=30) as r:
+        events = [line[6:] for line in r.iter_lines() if line.startswith("data: {")]
+        return r.headers["x-felab-replica"], json.loads(events[-1])["usage"]
+
+
+def test_metrics_counters_agree_with_the_usage_the_client_saw() -> None:
+    seen: dict[str, dict[str, int]] = defaultdict(lambda: {"prompt": 0, "cached": 0, "requests": 0})
+    with practice_server("--replicas", "3", "--route", "affinity", "--prefill-tps", "50000") as url:
+        for turn in range(4):
+            for user in ("ann", "bob", "cat", "dan", "eve"):
+                replica, usage = call(url, f"{user} asks question {turn}", user, stream=turn % 2 == 0)
+                seen[replica]["prompt"] += usage["prompt_tokens"]
+                seen[replica]["cached"] += usage["prompt_tokens_details"]["cached_tokens"]
+                seen[replica]["requests"] += 1
+        page = httpx.get(f"{url.removesuffix('/v1')}/metrics")
+    assert page.headers["content-type"].startswith("text/plain; version=0.0.4")
+    samples = parse(page.text)
+    queries = per_replica(samples, "vllm:prefix_cache_queries_total")
+    hits = per_replica(samples, "vllm:prefix_cache_hits_total")
+    counts = per_replica(samples, "vllm:time_to_first_token_seconds_count")
+    assert set(queries) == {"0", "1", "2"}
+    for replica, got in seen.items():
+        assert queries[replica] == got["prompt"]
+        assert hits[replica] == got["cached"]
+        assert counts[replica] == got["requests"]
+    assert sum(queries.values()) == sum(s["prompt"] for s in seen.values())
+    assert sum(hits.values()) == sum(s["cached"] for s in seen.values()) > 0
+    assert sum(per_replica(samples, "vllm:num_requests_running").values()) == 0
+    assert sum(per_replica(samples, "vllm:num_requests_waiting").values()) == 0
+    assert ("process_cpu_seconds_total", frozenset()) in samples
+
+
+def test_the_warm_up_request_is_not_counted() -> None:
+    with practice_server() as url:
+        samples = parse(httpx.get(f"{url.removesuffix('/v1')}/metrics").text)
+    assert per_replica(samples, "vllm:prefix_cache_queries_total") == {"0": 0}
+
+
+class One:
+    index = 0
+
+    def __init__(self) -> None:
+        self.stats = ReplicaStats()
+
+
+def test_histogram_buckets_are_cumulative_and_gauges_follow_the_lane() -> None:
+    r = One()
+    r.stats.admit("a", prompt=100, cached=64, reply=5, prefill_start=10.0, ttft_s=0.03)
+    r.stats.admit("b", prompt=100, cached=0, reply=5, prefill_start=12.0, ttft_s=3.0)
+    samples = parse(render([r], MODEL, now=11.0, faults={}))
+    buckets = [
+        samples[
+            (
+                "vllm:time_to_first_token_seconds_bucket",
+                frozenset({("le", str(le)), ("model_name", MODEL), ("replica", "0")}),
+            )
+        ]
+        for le in TTFT_BUCKETS_S
+    ]
+    assert buckets == sorted(buckets) and buckets[0] == 0 and buckets[-1] == 2
+    assert per_replica(samples, "vllm:time_to_first_token_seconds_sum") == {"0": 3.03}
+    assert per_replica(samples, "vllm:num_requests_running") == {"0": 1}  # a is prefilling at t=11
+    assert per_replica(samples, "vllm:num_requests_waiting") == {"0": 1}  # b waits for the lane
+    r.stats.done("a")
+    r.stats.done("b")
+    samples = parse(render([r], MODEL, now=11.0, faults={}))
+    assert per_replica(samples, "vllm:num_requests_running") == {"0": 0}
+    assert per_replica(samples, "vllm:prefix_cache_hits_total") == {"0": 64}
