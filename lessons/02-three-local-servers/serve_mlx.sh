@@ -69,10 +69,14 @@ if health; then
   exit 1
 fi
 
-"${CMD[@]}" &
+# The server's output goes to this terminal and to a log that this script watches: when the
+# model cannot be loaded, mlx_lm.server keeps answering 503 instead of exiting.
+LOG="$(mktemp)"
+"${CMD[@]}" > >(tee -a "$LOG") 2>&1 &
 PID=$!
-trap 'kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null; true' EXIT   # never leave the server behind
+trap 'kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null || true; rm -f "$LOG"; true' EXIT   # never leave the server behind
 trap 'exit 130' INT TERM
+polls=0
 until health; do
   if ! kill -0 "$PID" 2>/dev/null; then
     wait "$PID" && rc=0 || rc=$?
@@ -80,7 +84,15 @@ until health; do
     [[ "$rc" == 0 ]] && rc=1
     exit "$rc"
   fi
-  sleep 0.5
+  if grep -q "generation thread died" "$LOG"; then
+    echo "serve_mlx.sh: mlx_lm.server could not load $MODEL (its error is above). A hub repo is" \
+      "downloaded on first use (about 4.5 GB for the default): check the network, or set MLX_MODEL" \
+      "to a local folder." >&2
+    exit 1
+  fi
+  # every half second at first, then every 5 s (each check is a line in the server's log)
+  polls=$((polls + 1))
+  if ((polls < 20)); then sleep 0.5; else sleep 5; fi
 done
 echo "mlx_lm.server is listening on http://127.0.0.1:$PORT/v1 (model: default_model = $MODEL). Ctrl+C stops it."
 wait "$PID"

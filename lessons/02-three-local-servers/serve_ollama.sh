@@ -78,7 +78,7 @@ fi
 
 env "${SERVE_ENV[@]}" "$OLLAMA" serve &
 PID=$!
-trap 'kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null; true' EXIT   # never leave the server behind
+trap 'kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null || true' EXIT   # never leave the server behind
 trap 'exit 130' INT TERM
 until health; do
   if ! kill -0 "$PID" 2>/dev/null; then

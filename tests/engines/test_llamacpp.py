@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import LESSON02, free_port, last_record, prefix_bench, script_env, serving
+from .conftest import LESSON02, free_port, last_record, prefix_bench, run_bash, script_env, serving
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(600)]
 
@@ -78,3 +78,12 @@ def test_prefix_bench_on_llamacpp(
         if lo < row["speedup_x"] < hi:
             return
     pytest.fail(f"{order}: speedup_x outside ({lo}, {hi}) in all {ATTEMPTS} attempts (is the machine busy?)")
+
+
+def test_serve_llamacpp_says_when_the_server_stops(llama_server: str, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF but not really")
+    env = script_env(LLAMA_SERVER=llama_server, LLAMACPP_MODEL=str(broken), LLAMACPP_PORT=str(free_port()))
+    r = run_bash(SERVE, env=env, timeout=60)
+    assert r.returncode != 0
+    assert "llama-server stopped before it was ready" in r.stderr

@@ -57,3 +57,13 @@ def test_serve_mlx_works_with_the_mlx_target(practice_model: Path, isolated: Pat
     )
     assert row["model"] == "default_model"
     assert row["speedup_x"] > 2
+
+
+@pytest.mark.usefixtures("mlx_ready")
+def test_serve_mlx_says_when_the_model_cannot_load(tmp_path: Path) -> None:
+    # mlx_lm.server keeps answering 503 when its model fails to load; the script must notice
+    env = script_env(MLX_MODEL="felab-test/no-such-model", MLX_PORT=str(free_port()),
+                     HF_HUB_CACHE=str(tmp_path / "hub"), HF_HUB_OFFLINE="1")
+    r = run_bash(LESSON02 / "serve_mlx.sh", env=env, timeout=60)
+    assert r.returncode == 1
+    assert "could not load felab-test/no-such-model" in r.stderr
