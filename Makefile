@@ -56,7 +56,7 @@ $(ENGINES_STAMP): $(STAMP)
 
 engines: $(ENGINES_STAMP) ## install MLX (its CPU build on Linux) and the practice model's packages into .venv
 
-llama-server: ## build llama.cpp's llama-server from source into .tools/bin (no Homebrew needed; ~20 min on 2 cores)
+llama-server: ## build llama.cpp's llama-server from source into .tools/bin (no Homebrew needed; 6-20 min on 2 cores)
 	@bash scripts/build_llama_server.sh
 
 practice-model: $(ENGINES_STAMP) ## write the offline practice model (random weights, gibberish) to .tools/practice-model

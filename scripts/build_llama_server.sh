@@ -9,7 +9,7 @@
 # Python package index ships the whole llama.cpp tree (vendor/llama.cpp), so
 # `pip download` is the only network access, through pip's usual index.
 # Needs: a C++ compiler, cmake (3.14+), make or ninja, and pip.
-# Takes about 20 minutes on 2 cores; runs at low priority (nice 19).
+# Takes 6 to 20 minutes on 2 cores (6 here, with Ninja); runs at low priority (nice 19).
 #
 # Environment:
 #   LLAMA_CPP_PYTHON_VERSION=0.3.36   which source distribution to build
@@ -78,7 +78,7 @@ cmake -S "$LLAMA" -B "$LLAMA/build" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release
   exit 1
 }
 
-echo "▸ building llama-server with $JOBS jobs at low priority (about 20 minutes on 2 cores)"
+echo "▸ building llama-server with $JOBS jobs at low priority (6 to 20 minutes on 2 cores)"
 echo "  log: $TOOLS/llama-server-build.log"
 nice -n 19 cmake --build "$LLAMA/build" --target llama-server -j "$JOBS" > "$TOOLS/llama-server-build.log" 2>&1 || {
   tail -20 "$TOOLS/llama-server-build.log" >&2

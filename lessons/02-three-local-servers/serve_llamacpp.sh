@@ -57,7 +57,7 @@ if [[ -z "$SERVER" || ! -x "$SERVER" ]]; then
 llama-server was not found${LLAMA_SERVER:+ at LLAMA_SERVER=$LLAMA_SERVER}. Get it one of these ways:
   macOS or Linux with Homebrew:   brew install llama.cpp
   Ubuntu 25.10+, Debian testing:  sudo apt install llama.cpp   (Debian 12 has no package)
-  anything else, from source:     make llama-server   (from the kit folder; about 20 minutes
+  anything else, from source:     make llama-server   (from the kit folder; 6 to 20 minutes
                                   on 2 cores, installs .tools/bin/llama-server, no Homebrew needed)
 Or point LLAMA_SERVER at a binary you already have.
 EOF

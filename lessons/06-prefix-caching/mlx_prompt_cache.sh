@@ -26,8 +26,9 @@ case "${1:-}" in
   *) echo "mlx_prompt_cache.sh: takes no arguments (try --help; the model comes from MLX_MODEL)" >&2; exit 2 ;;
 esac
 
-cd "$(dirname "${BASH_SOURCE[0]}")"
 MODEL="${MLX_MODEL:-mlx-community/Meta-Llama-3.1-8B-Instruct-4bit}"
+[[ -d "$MODEL" ]] && MODEL="$(cd "$MODEL" && pwd)"   # a local folder, named from where you are
+cd "$(dirname "${BASH_SOURCE[0]}")"
 MAX_TOKENS="${MLX_MAX_TOKENS:-40}"
 QUESTION="Question: How do I rotate my API key?"
 
