@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-dev
 ENGINES_STAMP := $(VENV)/.installed-engines
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo mock check smoke test lint numbers new-lesson fw-check bundle bundle-serve \
+.PHONY: help setup demo mock check smoke bench test lint numbers new-lesson fw-check bundle bundle-serve \
 	engines llama-server practice-model test-engines
 
 help: ## list the targets
@@ -33,6 +33,9 @@ check: $(STAMP) ## which servers are up, each target's URL and model, whether FI
 
 smoke: $(STAMP) ## every lesson script against a fresh practice server, in quick mode
 	@$(PY) -m felab smoke
+
+bench: $(STAMP) ## how faithful the practice server is: TTFT measured vs predicted, CPU per token (~30 s)
+	@$(PY) -m felab.bench
 
 fw-check: $(STAMP) ## anything on Fireworks still billing, and the command that stops it (fails closed)
 	@$(PY) -m felab fw-check

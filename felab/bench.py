@@ -1,0 +1,248 @@
+"""`make bench`: how faithful the practice server is, and what it costs. A benchmark, not a test.
+
+1. Fidelity. Every chat reply carries `x-felab-predicted-ttft-ms`, the time to
+   first token the timing model scheduled. A lean client (raw asyncio streams,
+   no SDK: it only looks for the first chunk with content) measures the real
+   TTFT from just before it sends the request; error = measured - predicted.
+   Prompts of 100 to 16,000 tokens, none cached, at 1 stream and at 64 streams.
+   The prefill rate is raised to BENCH_PREFILL_TPS so that 64 queued 16,000-token
+   prompts take seconds, not minutes; the error does not depend on the rate.
+2. The `openai` client's own cost: the same requests through `stream_once`.
+3. The server's CPU per streamed token: `process_cpu_seconds_total` from
+   /metrics before and after 16 streams of 400 tokens each.
+4. `PrefixCache.uncached_tokens()` on a 3,000- and a 100,000-token prompt.
+
+Everything runs on 127.0.0.1 against a practice server it starts itself, and
+is bounded in requests (about a minute in all).
+
+    python -m felab.bench        # or: make bench
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import statistics
+import time
+import uuid
+from urllib.parse import urlsplit
+
+import click
+import httpx
+
+from felab.practice import practice_server
+from felab.prefix_cache import PrefixCache, block_keys, tokenize
+from felab.report import table
+from felab.stats import percentile
+from felab.streaming import stream_once
+from felab.targets import NO_KEY, Target, client
+
+BENCH_PREFILL_TPS = 100_000
+LENGTHS = (100, 1_000, 4_000, 16_000)
+MODEL = "felab-practice"
+PREDICTED = re.compile(rb"x-felab-predicted-ttft-ms: ([0-9.]+)", re.I)
+
+
+# ── A lean streaming client ──────────────────────────────────────────────────
+
+
+def body(prompt_tokens: int, max_tokens: int = 4) -> bytes:
+    """A streamed chat request of about `prompt_tokens` tokens (4 characters each), new from its first."""
+    text = f"{uuid.uuid4()} " + "word " * (prompt_tokens * 4 // 5)
+    messages = [{"role": "user", "content": text[: prompt_tokens * 4 - 24]}]
+    return json.dumps(
+        {"model": MODEL, "messages": messages, "max_tokens": max_tokens, "stream": True}
+    ).encode()
+
+
+async def lean_stream(host: str, port: int, payload: bytes) -> tuple[float, float, int]:
+    """One streamed request: (measured TTFT ms, predicted TTFT ms, content chunks)."""
+    reader, writer = await asyncio.open_connection(host, port)  # connected before the clock starts
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(payload)}\r\nconnection: close\r\n\r\n"
+    ).encode()
+    t0 = time.perf_counter()
+    writer.write(head + payload)
+    await writer.drain()
+    headers = await reader.readuntil(b"\r\n\r\n")
+    ttft, chunks = None, 0
+    async for line in reader:  # SSE lines (and chunked-encoding size lines, which we skip)
+        if line.startswith(b"data: {") and b'"content": "' in line and b'"content": ""' not in line:
+            ttft = ttft if ttft is not None else time.perf_counter() - t0
+            chunks += 1
+    writer.close()
+    found = PREDICTED.search(headers)
+    if ttft is None or not found:
+        raise RuntimeError(f"no content or no prediction in the reply: {headers[:200]!r}")
+    return ttft * 1000, float(found.group(1)), chunks
+
+
+async def fidelity(url: str, streams: int, requests_per_stream: int) -> list[dict]:
+    """`streams` clients at once, each sending its requests one after another; one record per request."""
+    parts = urlsplit(url)
+    # Stream k sends the lengths in turn, starting at the k-th: every length is in every round.
+    plans = [[LENGTHS[(k + i) % len(LENGTHS)] for i in range(requests_per_stream)] for k in range(streams)]
+
+    async def one_client(plan: list[int]) -> list[dict]:
+        out = []
+        for i, n in enumerate(plan):
+            measured, predicted, _ = await lean_stream(parts.hostname, parts.port, body(n))
+            out.append(
+                {
+                    "streams": streams,
+                    "first": i == 0,
+                    "prompt_tokens": n,
+                    "measured_ms": measured,
+                    "predicted_ms": predicted,
+                }
+            )
+        return out
+
+    done = await asyncio.gather(*(one_client(plan) for plan in plans))
+    return [r for rs in done for r in rs]
+
+
+def error_rows(records: list[dict]) -> list[dict]:
+    """The error's median and p99 (linear interpolation) per streams and prompt length, then for all.
+
+    At 64 streams also apart: each stream's first request (all 64 sent at the same instant)
+    and the later ones (each sent when its stream's previous reply ended).
+    """
+    rows = []
+    for streams in sorted({r["streams"] for r in records}):
+        mine = [r for r in records if r["streams"] == streams]
+        groups = [(str(n), [r for r in mine if r["prompt_tokens"] == n]) for n in LENGTHS] + [("all", mine)]
+        if streams > 1:
+            groups += [
+                ("all, 64 at once", [r for r in mine if r["first"]]),
+                ("all, later", [r for r in mine if not r["first"]]),
+            ]
+        for n, rs in groups:
+            errors = [r["measured_ms"] - r["predicted_ms"] for r in rs]
+            rows.append(
+                {
+                    "streams": streams,
+                    "prompt_tokens": n,
+                    "requests": len(rs),
+                    "predicted_p50_ms": percentile([r["predicted_ms"] for r in rs], 50),
+                    "error_p50_ms": percentile(errors, 50),
+                    "error_p99_ms": percentile(errors, 99),
+                }
+            )
+    return rows
+
+
+# ── The server's cost ────────────────────────────────────────────────────────
+
+
+def server_cpu_s(url: str) -> float:
+    text = httpx.get(f"{url.removesuffix('/v1')}/metrics").text
+    return float(re.search(r"^process_cpu_seconds_total (\S+)$", text, re.M).group(1))
+
+
+async def many_streams(url: str, streams: int, tokens: int) -> int:
+    parts = urlsplit(url)
+    done = await asyncio.gather(
+        *(lean_stream(parts.hostname, parts.port, body(200, max_tokens=tokens)) for _ in range(streams))
+    )
+    return sum(chunks for _, _, chunks in done)
+
+
+def openai_overhead_ms(url: str, n: int = 15) -> float:
+    """Median TTFT through the openai client minus median TTFT of the lean client, same requests."""
+    cli = client(Target("mock", url, MODEL, NO_KEY, False, "make mock"))
+    parts = urlsplit(url)
+    lean, sdk = [], []
+    for _ in range(n):
+        lean.append(asyncio.run(lean_stream(parts.hostname, parts.port, body(100)))[0])
+        sdk.append(stream_once(cli, MODEL, json.loads(body(100))["messages"], max_tokens=4).ttft_ms)
+    return statistics.median(sdk) - statistics.median(lean)
+
+
+def lookup_ms(prompt_tokens: int, runs: int) -> dict:
+    """Median time of uncached_tokens() on a prompt that is all cached (the longest walk), and of hashing."""
+    tokens = tokenize("".join(f"w{i:06d} " for i in range(prompt_tokens // 2))[: prompt_tokens * 4])
+    cache = PrefixCache(capacity_blocks=prompt_tokens // 64 + 10)
+    cache.insert(tokens)
+
+    def median_ms(f) -> float:  # noqa: ANN001
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            f()
+            times.append((time.perf_counter() - t0) * 1000)
+        return statistics.median(times)
+
+    return {
+        "prompt_tokens": len(tokens),
+        "uncached_tokens_ms": median_ms(lambda: cache.uncached_tokens(tokens)),
+        "of_which_block_keys_ms": median_ms(lambda: block_keys(tokens)),
+    }
+
+
+# ── The command ──────────────────────────────────────────────────────────────
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--rounds", default=20, show_default=True, help="requests per prompt length at 1 stream")
+@click.option("--rounds-64", default=4, show_default=True, help="requests per stream at 64 streams")
+def main(rounds: int, rounds_64: int) -> None:
+    """Fidelity of the practice server's TTFT, its CPU per streamed token, and the cache lookup time."""
+    flags = ("--prefill-tps", str(BENCH_PREFILL_TPS))
+    with practice_server(*flags) as url:
+        click.echo(f"practice server at {url}, prefill {BENCH_PREFILL_TPS:,} tok/s; lean asyncio client\n")
+        records = asyncio.run(fidelity(url, 1, rounds * len(LENGTHS)))
+        records += asyncio.run(fidelity(url, 64, rounds_64))
+        rows = error_rows(records)
+        click.echo("TTFT: measured by the client - predicted by the timing model (ms)\n")
+        click.echo(table(rows, floatfmt=".2f"))
+
+        overhead = openai_overhead_ms(url)
+        before = server_cpu_s(url)
+        tokens = asyncio.run(many_streams(url, 16, 400))
+        cpu_us = (server_cpu_s(url) - before) / tokens * 1e6
+
+    lookups = [lookup_ms(3_000, 200), lookup_ms(100_000, 30)]
+    click.echo(f"\nthe openai client adds {overhead:.2f} ms to TTFT (median, on top of the lean client)")
+    click.echo(
+        f"server CPU per streamed token: {cpu_us:.0f} µs (16 streams x 400 tokens, request work included)"
+    )
+    click.echo("\nPrefixCache.uncached_tokens(), all blocks cached (median ms):\n")
+    click.echo(table(lookups, floatfmt=".3f"))
+
+    one = next(r for r in rows if r["streams"] == 1 and r["prompt_tokens"] == "all")
+    many = next(r for r in rows if r["streams"] == 64 and r["prompt_tokens"] == "all")
+    checks = [
+        ("median error at 1 stream within 1 ms", abs(one["error_p50_ms"]) <= 1.0, one["error_p50_ms"]),
+        ("p99 error at 64 streams within 5 ms", abs(many["error_p99_ms"]) <= 5.0, many["error_p99_ms"]),
+        (
+            "lookup, 3,000 tokens, far below 1 ms",
+            lookups[0]["uncached_tokens_ms"] < 0.1,
+            lookups[0]["uncached_tokens_ms"],
+        ),
+        (
+            "lookup, 100,000 tokens, below 1 ms",
+            lookups[1]["uncached_tokens_ms"] < 1.0,
+            lookups[1]["uncached_tokens_ms"],
+        ),
+    ]
+    click.echo("\ntargets:")
+    for name, ok, value in checks:
+        click.echo(f"  {'met   ' if ok else 'MISSED'}  {name}: {value:.3f} ms")
+    summary = {
+        "error_p50_ms_1_stream": one["error_p50_ms"],
+        "error_p99_ms_1_stream": one["error_p99_ms"],
+        "error_p50_ms_64_streams": many["error_p50_ms"],
+        "error_p99_ms_64_streams": many["error_p99_ms"],
+        "openai_client_overhead_ms": overhead,
+        "server_cpu_us_per_token": cpu_us,
+        "uncached_tokens_ms_3k": lookups[0]["uncached_tokens_ms"],
+        "uncached_tokens_ms_100k": lookups[1]["uncached_tokens_ms"],
+    }
+    click.echo("\n" + json.dumps({k: round(v, 4) for k, v in summary.items()}))
+
+
+if __name__ == "__main__":
+    main()
