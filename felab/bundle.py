@@ -26,14 +26,13 @@ Code listings are not copied here: each becomes a `pymdownx.snippets` line that
 MkDocs resolves against the lesson's real file, so the page always shows what
 the learner runs.
 
-`NUMBERS` below is the one table that says which recorded value fills which field.
+`NUMBERS` in felab/numbers.py is the one table that says which recorded value fills which field.
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
-import datetime as dt
 import functools
 import html
 import http.server
@@ -51,8 +50,8 @@ from urllib.parse import quote
 
 from felab.errors import FelabError
 from felab.lessons import discover
+from felab.numbers import NUMBERS, prefills
 from felab.paths import KIT_ROOT
-from felab.results import read_records
 
 STAGING = Path("build") / "bundle-src"
 SITE = Path("build") / "bundle"
@@ -61,111 +60,6 @@ SERVE_PORT = 8770
 
 STORAGE_PREFIX = "felab:numbers:"
 """localStorage key of a typed value: `felab:numbers:<lesson folder>:<field key>` (assets/numbers.js)."""
-
-# ── Your numbers: which recorded value fills which field ──────────────────────
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where a field's value comes from: the latest row of `results/<records>.jsonl` matching `where`."""
-
-    records: str
-    where: dict[str, str]
-    values: tuple[str, ...]
-    """The row's keys shown, in this order, joined by " / "."""
-    decimals: int = 0
-
-
-@dataclass(frozen=True)
-class Field:
-    """One of a lesson's numbers: what the learner writes down, and where the kit can find it."""
-
-    key: str
-    label: str
-    hint: str
-    """Shown under the input; `backticks` become code."""
-    source: Source | None = None
-
-
-NUMBERS: dict[str, list[Field]] = {
-    "06-prefix-caching": [
-        Field(
-            "llamacpp-opening-first",
-            "llama.cpp, opening first: call 1 / middle of calls 2 to 12 (ms)",
-            "From `python prefix_bench.py --target llamacpp`: the first_ms and rest_p50_ms columns, "
-            "both, for example 740 / 36.",
-            Source("06-prefix", {"target": "llamacpp", "order": "stable-first"}, ("first_ms", "rest_p50_ms")),
-        ),
-        Field(
-            "llamacpp-time-first",
-            "llama.cpp, time first: speed-up",
-            "The speedup_x column of the `--order variable-first` run on llamacpp. Expect about 1.0.",
-            Source("06-prefix", {"target": "llamacpp", "order": "variable-first"}, ("speedup_x",), 1),
-        ),
-        Field(
-            "fireworks-opening-first",
-            "Fireworks, opening first: call 1 / middle of calls 2 to 12 (ms)",
-            "From `python prefix_bench.py --target fireworks --usage`: the first_ms and rest_p50_ms "
-            "columns, both.",
-            Source(
-                "06-prefix", {"target": "fireworks", "order": "stable-first"}, ("first_ms", "rest_p50_ms")
-            ),
-        ),
-        Field(
-            "fireworks-cached-tokens",
-            "Fireworks: cached tokens / prompt tokens",
-            "From the `usage:` line that `--usage` prints near the end, above the cost line: "
-            "cached_tokens first, then prompt_tokens.",
-            Source("06-prefix-usage", {"target": "fireworks"}, ("cached_tokens", "prompt_tokens")),
-        ),
-    ],
-}
-"""Each lesson's numbers, by lesson folder. `make numbers` can reuse it with `measured()`."""
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def measured(source: Source) -> dict[str, Any] | None:
-    """The value of the latest recorded row that matches and has every value, or `None`.
-
-    A row where a value is missing (`speedup_x` is null when call 1 was warm) is passed over.
-    """
-    rows = [
-        row
-        for row in read_records(source.records)
-        if all(row.get(k) == v for k, v in source.where.items())
-        and all(_number(row.get(k)) for k in source.values)
-    ]
-    if not rows:
-        return None
-    row = rows[-1]
-    return {
-        "value": " / ".join(f"{row[k]:.{source.decimals}f}" for k in source.values),
-        "ts": row.get("ts"),
-        "when": _when(row.get("ts")),
-        "target": row.get("target"),
-        "model": row.get("model"),
-        "file": f"results/{source.records}.jsonl",
-    }
-
-
-def _when(ts: Any) -> str:
-    """`2026-11-30T04:25:00+00:00` as `2026-11-30 04:25 UTC` (the text itself if it is not a time)."""
-    try:
-        moment = dt.datetime.fromisoformat(str(ts))
-    except ValueError:
-        return str(ts)
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(dt.timezone.utc)
-    return moment.strftime("%Y-%m-%d %H:%M UTC")
-
-
-def prefills(lesson: str) -> dict[str, dict[str, Any] | None]:
-    """Every field of `lesson` with what results/ holds for it (`None`: nothing recorded yet)."""
-    return {f.key: measured(f.source) if f.source else None for f in NUMBERS.get(lesson, [])}
-
 
 # ── Pieces of pages ───────────────────────────────────────────────────────────
 
@@ -199,7 +93,7 @@ def numbers_form(lesson: str) -> str:
     """
     fields = NUMBERS.get(lesson)
     if not fields:
-        raise FelabError(f"lesson {lesson} has a numbers marker but no fields in NUMBERS (felab/bundle.py).")
+        raise FelabError(f"lesson {lesson} has a numbers marker but no fields in NUMBERS (felab/numbers.py).")
     found = prefills(lesson)
     parts = [f'<form class="felab-numbers" data-lesson="{lesson}" autocomplete="off">']
     for n, f in enumerate(fields, start=1):

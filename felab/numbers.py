@@ -10,8 +10,10 @@ recorded each call's TTFT, a picture is drawn beside the results:
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,115 @@ from felab.results import read_records
 
 GROUP_BY = ("target", "order")
 """A row replaces an earlier one when these fields match (the ones it has)."""
+
+
+# ── Each lesson's numbers: which recorded value fills which field ───────────
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a field's value comes from: the latest row of `results/<records>.jsonl` matching `where`."""
+
+    records: str
+    where: dict[str, str]
+    values: tuple[str, ...]
+    """The row's keys shown, in this order, joined by " / "."""
+    decimals: int = 0
+
+
+@dataclass(frozen=True)
+class Field:
+    """One of a lesson's numbers: what the learner writes down, and where the kit can find it."""
+
+    key: str
+    label: str
+    hint: str
+    """Shown under the input; `backticks` become code."""
+    source: Source | None = None
+
+
+NUMBERS: dict[str, list[Field]] = {
+    "06-prefix-caching": [
+        Field(
+            "llamacpp-opening-first",
+            "llama.cpp, opening first: call 1 / middle of calls 2 to 12 (ms)",
+            "From `python prefix_bench.py --target llamacpp`: the first_ms and rest_p50_ms columns, "
+            "both, for example 740 / 36.",
+            Source("06-prefix", {"target": "llamacpp", "order": "stable-first"}, ("first_ms", "rest_p50_ms")),
+        ),
+        Field(
+            "llamacpp-time-first",
+            "llama.cpp, time first: speed-up",
+            "The speedup_x column of the `--order variable-first` run on llamacpp. Expect about 1.0.",
+            Source("06-prefix", {"target": "llamacpp", "order": "variable-first"}, ("speedup_x",), 1),
+        ),
+        Field(
+            "fireworks-opening-first",
+            "Fireworks, opening first: call 1 / middle of calls 2 to 12 (ms)",
+            "From `python prefix_bench.py --target fireworks --usage`: the first_ms and rest_p50_ms "
+            "columns, both.",
+            Source(
+                "06-prefix", {"target": "fireworks", "order": "stable-first"}, ("first_ms", "rest_p50_ms")
+            ),
+        ),
+        Field(
+            "fireworks-cached-tokens",
+            "Fireworks: cached tokens / prompt tokens",
+            "From the `usage:` line that `--usage` prints near the end, above the cost line: "
+            "cached_tokens first, then prompt_tokens.",
+            Source("06-prefix-usage", {"target": "fireworks"}, ("cached_tokens", "prompt_tokens")),
+        ),
+    ],
+}
+"""Each lesson's numbers, by lesson folder: the fields of its page's "your numbers" form (make bundle)
+and of `make numbers`' "your numbers" lines, each filled by `measured()`."""
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def measured(source: Source) -> dict[str, Any] | None:
+    """The value of the latest recorded row that matches and has every value, or `None`.
+
+    A row where a value is missing (`speedup_x` is null when call 1 was warm) is passed over.
+    """
+    rows = [
+        row
+        for row in read_records(source.records)
+        if all(row.get(k) == v for k, v in source.where.items())
+        and all(_number(row.get(k)) for k in source.values)
+    ]
+    if not rows:
+        return None
+    row = rows[-1]
+    return {
+        "value": " / ".join(f"{row[k]:.{source.decimals}f}" for k in source.values),
+        "ts": row.get("ts"),
+        "when": _when(row.get("ts")),
+        "target": row.get("target"),
+        "model": row.get("model"),
+        "file": f"results/{source.records}.jsonl",
+    }
+
+
+def _when(ts: Any) -> str:
+    """`2026-11-30T04:25:00+00:00` as `2026-11-30 04:25 UTC` (the text itself if it is not a time)."""
+    try:
+        moment = dt.datetime.fromisoformat(str(ts))
+    except ValueError:
+        return str(ts)
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(dt.timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def prefills(lesson: str) -> dict[str, dict[str, Any] | None]:
+    """Every field of `lesson` with what results/ holds for it (`None`: nothing recorded yet)."""
+    return {f.key: measured(f.source) if f.source else None for f in NUMBERS.get(lesson, [])}
+
+
+# ── Every recorded run ────────────────────────────────────────────────────────
 
 
 def recorded_keys() -> list[str]:
@@ -43,8 +154,11 @@ LAST = ("model", "ts")
 
 def scalars(row: dict[str, Any]) -> dict[str, Any]:
     """The row without per-call lists, floats to 2 decimals, `model` and `ts` last: what a person copies."""
-    kept = {k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()
-            if not isinstance(v, (list, dict))}
+    kept = {
+        k: round(v, 2) if isinstance(v, float) else v
+        for k, v in row.items()
+        if not isinstance(v, (list, dict))
+    }
     return {**{k: v for k, v in kept.items() if k not in LAST}, **{k: kept[k] for k in LAST if k in kept}}
 
 
@@ -71,18 +185,30 @@ def as_json(found: dict[str, list[dict[str, Any]]]) -> str:
 
 
 def as_text(found: dict[str, list[dict[str, Any]]]) -> str:
-    """A table per key, latest run per target and order."""
+    """A table per key (latest run per target and order), then each lesson's numbers to write down."""
     parts = []
     for key, rows in found.items():
         lesson = key.split("-", 1)[0]
         parts.append(f"lesson {lesson} · {key} (latest run per target and order)\n")
         parts.append(table([scalars(r) for r in rows]) + "\n")
+    for lesson, fields in NUMBERS.items():
+        parts.append(f"lesson {lesson}: your numbers, for the wrap-up\n")
+        for n, (f, m) in enumerate(zip(fields, prefills(lesson).values(), strict=True), start=1):
+            said = f"{m['value']}   (measured {m['when']} on {m['target']})" if m else "not recorded yet"
+            parts.append(f"  {n}. {f.label}: {said}")
+        parts.append("")
     return "\n".join(parts)
 
 
 def plot_ttft(key: str, rows: list[dict[str, Any]]) -> Path | None:
     """Draw each call's TTFT (one panel per target, a line per order); `None` if no calls recorded."""
-    with_calls = [r for r in rows if any("ttft_ms" in c for c in r.get("calls", []))]
+    def per_call(row: dict[str, Any]) -> bool:
+        calls = row.get("calls")
+        if not isinstance(calls, list) or not calls:
+            return False
+        return all(isinstance(c, dict) and "ttft_ms" in c for c in calls)
+
+    with_calls = [r for r in rows if per_call(r)]
     if not with_calls:
         return None
     import matplotlib

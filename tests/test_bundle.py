@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from bundle_fixtures import LESSON06_SECTIONS, build_with_fixture, write_results
 
-from felab import bundle
+from felab import bundle, numbers
 from felab.errors import FelabError
 from felab.paths import KIT_ROOT
 
@@ -49,7 +49,9 @@ def test_all_fixes_is_the_troubleshooting_page_without_links_out_of_the_bundle(s
     html = page(site, "all-fixes.html")
     assert "every message the kit prints" in html
     assert 'href="all-fixes.html"' in page(site, "index.html")
-    plain = bundle.as_plain_links("See [the engines](engines.md#build), [top](#top) or [docs](https://x.org).")
+    plain = bundle.as_plain_links(
+        "See [the engines](engines.md#build), [top](#top) or [docs](https://x.org)."
+    )
     assert plain == "See the engines (`engines.md#build` in the kit), [top](#top) or [docs](https://x.org)."
 
 
@@ -132,7 +134,7 @@ def test_wrap_up_embeds_every_number_and_its_csv(site: Path) -> None:
             r'<script type="application/json" id="felab-all-numbers">(.*?)</script>', html, re.DOTALL
         ).group(1)
     )
-    assert [d["field"] for d in data] == [f.key for f in bundle.NUMBERS["06-prefix-caching"]]
+    assert [d["field"] for d in data] == [f.key for f in numbers.NUMBERS["06-prefix-caching"]]
     assert "2890 / 41,measured,2026-11-30 04:25 UTC,llamacpp" in html
 
 
@@ -154,12 +156,12 @@ def test_measured_takes_the_latest_complete_matching_row(tmp_path: Path, monkeyp
         },
     ]
     (tmp_path / "06-prefix.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    source = bundle.Source("06-prefix", {"target": "llamacpp", "order": "variable-first"}, ("speedup_x",), 1)
-    got = bundle.measured(source)
+    source = numbers.Source("06-prefix", {"target": "llamacpp", "order": "variable-first"}, ("speedup_x",), 1)
+    got = numbers.measured(source)
     assert got is not None
     assert (got["value"], got["when"], got["target"]) == ("1.1", "2026-11-30 04:00 UTC", "llamacpp")
-    assert bundle.measured(bundle.Source("06-prefix", {"target": "fireworks"}, ("first_ms",))) is None
-    assert bundle.measured(bundle.Source("nothing-here", {}, ("first_ms",))) is None
+    assert numbers.measured(numbers.Source("06-prefix", {"target": "fireworks"}, ("first_ms",))) is None
+    assert numbers.measured(numbers.Source("nothing-here", {}, ("first_ms",))) is None
 
 
 # ── Offline ──

@@ -92,3 +92,14 @@ def test_new_lesson_refuses_bad_or_taken_names(tmp_path: Path) -> None:
                        (("06", "again"), "already exists")):
         out = felab_in(root, "new-lesson", *args)
         assert out.returncode == 2 and said in out.stderr and "Traceback" not in out.stderr
+
+
+def test_your_numbers_lines_use_the_pages_mapping(isolated: Path) -> None:
+    fill_results()
+    record("06-affinity", {"target": "mock", "model": "m", "mode": "affinity", "calls": 36})  # a count
+    out = run_felab("numbers")
+    assert out.returncode == 0, out.stderr
+    assert "1. llama.cpp, opening first: call 1 / middle of calls 2 to 12 (ms): 740 / 36" in out.stdout
+    assert "2. llama.cpp, time first: speed-up: 1.0" in out.stdout
+    assert "3. Fireworks, opening first: call 1 / middle of calls 2 to 12 (ms): not recorded yet" in out.stdout
+    assert "4. Fireworks: cached tokens / prompt tokens: 3024 / 3039" in out.stdout
