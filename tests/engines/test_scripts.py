@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,10 +25,22 @@ SCRIPTS = [
 ]
 
 
+PYTHON_ONLY: list[Path] = []  # a folder holding just `python3`, made per test by the fixture below
+
+
+@pytest.fixture(autouse=True)
+def python_only(tmp_path: Path) -> None:
+    """This test's Python as `python3` (the scripts use it), without the kit's .venv/bin."""
+    folder = tmp_path / "python-only"
+    folder.mkdir()
+    (folder / "python3").symlink_to(sys.executable)
+    PYTHON_ONLY[:] = [folder]
+
+
 def bare_env(**extra: str) -> dict[str, str]:
-    """An environment where no engine is on PATH: only the system's own tools."""
+    """An environment where no engine is on PATH: python3 and the system's own tools."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA", "MLX_", "OLLAMA"))}
-    env["PATH"] = "/usr/bin:/bin"
+    env["PATH"] = f"{PYTHON_ONLY[0]}:/usr/bin:/bin"
     env.update(extra)
     return env
 
@@ -99,7 +112,8 @@ def test_mlx_server_command(tmp_path: Path) -> None:
     (bin_dir / "mlx_lm.server").write_text("#!/bin/sh\n")
     (bin_dir / "mlx_lm.server").chmod(0o755)
     hub = tmp_path / "hub"
-    env = bare_env(PATH=f"{bin_dir}:/usr/bin:/bin", HF_HUB_CACHE=str(hub))
+    env = bare_env(HF_HUB_CACHE=str(hub))
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
     r = run_bash(LESSON02 / "serve_mlx.sh", "--dry-run", env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[-1].split() == [
