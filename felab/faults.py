@@ -4,7 +4,7 @@ Off by default. With `--fail-rate 0.1`, one valid chat request in ten (drawn
 with a generator seeded by `--seed`, so a run can be repeated) fails as one of:
 
     429  rate limited: OpenAI's `rate_limit_exceeded`, with `retry-after: 1`
-    503  overloaded: the server is up but cannot take the request now
+    503  overloaded: the server is up but cannot take the request now (`retry-after: 1`)
     500  a server error
     cut  a streamed reply stops half way: no finish_reason, no [DONE], the
          connection closes (a non-streamed request drawn for `cut` is served

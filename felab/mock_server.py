@@ -324,7 +324,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         fault = state.faults.draw()
         if fault in ERRORS:
             status, text, type_, code = ERRORS[fault]
-            raise ApiError(status, text, type_, None, code, {"retry-after": str(RETRY_AFTER_S)})
+            wait = {"retry-after": str(RETRY_AFTER_S)} if status in (429, 503) else None
+            raise ApiError(status, text, type_, None, code, wait)
 
         loop = asyncio.get_running_loop()
         arrival = request.scope.get("felab_arrival", loop.time())
