@@ -115,6 +115,10 @@ until health; do
   if ! kill -0 "$PID" 2>/dev/null; then
     wait "$PID" && rc=0 || rc=$?
     echo "serve_llamacpp.sh: llama-server stopped before it was ready (exit $rc); see its log above." >&2
+    if [[ -z "${LLAMACPP_MODEL:-}" ]]; then
+      echo "If it could not download the model, check the network, or use a local file:" \
+        "LLAMACPP_MODEL=/path/file.gguf bash serve_llamacpp.sh ..." >&2
+    fi
     [[ "$rc" == 0 ]] && rc=1
     exit "$rc"
   fi
