@@ -59,7 +59,9 @@ TARGETS: dict[str, TargetSpec] = {
     "sglang": TargetSpec(
         "http://127.0.0.1:30000/v1", ASK_SERVER, "python -m sglang.launch_server --model-path <model>"
     ),
-    "ollama": TargetSpec("http://127.0.0.1:11434/v1", ASK_SERVER, "ollama serve"),
+    "ollama": TargetSpec(
+        "http://127.0.0.1:11434/v1", ASK_SERVER, "bash lessons/02-three-local-servers/serve_ollama.sh"
+    ),
     "fireworks": TargetSpec(
         f"{FIREWORKS_ROOT}/inference/v1",
         "accounts/fireworks/models/gpt-oss-120b",
