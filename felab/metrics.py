@@ -93,6 +93,7 @@ class HasStats(Protocol):
 def render(replicas: Sequence[HasStats], model: str, now: float, faults: dict[str, int]) -> str:
     """The whole /metrics page (`now`: the server's loop time, for the running/waiting gauges)."""
     out: list[str] = []
+    model = model.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")  # label escaping
 
     def family(name: str, kind: str, help_: str, rows: list[tuple[str, float]]) -> None:
         out.extend([f"# HELP {name} {help_}", f"# TYPE {name} {kind}"])
@@ -106,8 +107,9 @@ def render(replicas: Sequence[HasStats], model: str, now: float, faults: dict[st
         series = f"{name}_total" if kind == "counter" else name
         family(name, kind, help_, [(f"{series}{labels(r)}", value(r.stats)) for r in replicas])
 
-    per_replica("vllm:prefix_cache_queries", "counter", "Prefix cache queries, tokens.", lambda s: s.queries)
-    per_replica("vllm:prefix_cache_hits", "counter", "Prefix cache hits, in tokens.", lambda s: s.hits)
+    queries, hits = "Prefix cache queries, in tokens.", "Prefix cache hits, in tokens."
+    per_replica("vllm:prefix_cache_queries", "counter", queries, lambda s: s.queries)
+    per_replica("vllm:prefix_cache_hits", "counter", hits, lambda s: s.hits)
     per_replica("vllm:prompt_tokens", "counter", "Prompt tokens admitted.", lambda s: s.prompt_tokens)
     per_replica("vllm:generation_tokens", "counter", "Reply tokens admitted.", lambda s: s.generation_tokens)
     per_replica(
