@@ -16,6 +16,7 @@ queue for prefill is what makes a busy server's TTFT grow.
 The lane is kept as a number (the time it next falls free), not as a lock:
 each request's finish time is known when it arrives, so the server sleeps
 until exact deadlines and the model's prediction is what the client sees.
+With `--replicas N` each replica has a lane of its own (felab/fleet.py).
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ class PrefillLane:
 
     def __init__(self) -> None:
         self.free_at = 0.0
-        self.waiting = 0
 
     def schedule(self, arrival: float, model: TimingModel, uncached_tokens: int) -> tuple[float, float]:
         """Book the lane for one prompt; return (start of its prefill, time of its first token)."""
