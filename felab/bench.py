@@ -29,8 +29,8 @@ import uuid
 from urllib.parse import urlsplit
 
 import click
-import httpx
 
+from felab.metrics import scrape
 from felab.practice import practice_server
 from felab.prefix_cache import PrefixCache, block_keys, tokenize
 from felab.report import table
@@ -138,8 +138,7 @@ def error_rows(records: list[dict]) -> list[dict]:
 
 
 def server_cpu_s(url: str) -> float:
-    text = httpx.get(f"{url.removesuffix('/v1')}/metrics").text
-    return float(re.search(r"^process_cpu_seconds_total (\S+)$", text, re.M).group(1))
+    return scrape(url)["process_cpu_seconds_total"]
 
 
 async def many_streams(url: str, streams: int, tokens: int) -> int:

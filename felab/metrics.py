@@ -20,6 +20,7 @@ is never hit only takes memory. Two more: `process_cpu_seconds_total`
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -147,3 +148,20 @@ def render(replicas: Sequence[HasStats], model: str, now: float, faults: dict[st
         [("process_cpu_seconds_total", time.process_time())],
     )
     return "\n".join(out) + "\n"
+
+
+def scrape(base_url: str) -> dict[str, float]:
+    """Read a server's /metrics (practice server or vLLM) and add up each metric over its labels.
+
+    `base_url` is the OpenAI-style URL ending in /v1; /metrics sits at the root.
+    """
+    root = base_url.rstrip("/").removesuffix("/v1")
+    with urllib.request.urlopen(f"{root}/metrics", timeout=10) as reply:
+        page = reply.read().decode()
+    totals: dict[str, float] = {}
+    for line in page.splitlines():
+        if line and not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            name = series.split("{", 1)[0]
+            totals[name] = totals.get(name, 0.0) + float(value)
+    return totals

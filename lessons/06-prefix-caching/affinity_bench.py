@@ -34,6 +34,7 @@ import time
 from prefix_bench import PREAMBLE, QUESTIONS
 
 from felab import add_target_args, banner, client, percentile, ratio, record, resolve, run, stream_once, table
+from felab.metrics import scrape
 from felab.practice import practice_server
 
 # ── The workload: agent sessions whose history grows ─────────────────────────
@@ -100,6 +101,14 @@ def summary(label: str, calls: list[dict]) -> dict:
     }
 
 
+def server_count(url: str, calls: list[dict]) -> str:
+    """The server's own count (its /metrics, with vLLM's names) next to what usage told the client."""
+    m = scrape(url)
+    hits, queries = m["vllm:prefix_cache_hits_total"], m["vllm:prefix_cache_queries_total"]
+    cached, prompt = sum(c["cached"] for c in calls), sum(c["prompt"] for c in calls)
+    return f"    /metrics: {hits:,.0f} of {queries:,.0f} prompt tokens hit · usage: {cached:,} of {prompt:,}"
+
+
 # ── The measurement ──────────────────────────────────────────────────────────
 
 
@@ -157,6 +166,8 @@ def main() -> None:
             print(f"  running: {label} ...", flush=True)
             # Session names differ per mode, so no mode finds another's history in the cache.
             calls = run_sessions(target, label.split()[0], args.sessions, args.turns, user, pause)
+            if own:
+                print(server_count(url, calls))
         if args.mode == "affinity":
             rows.append(summary(label, [c for c in calls if c["turn"] > 0]))  # turn 1 is cold for everyone
         else:
