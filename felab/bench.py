@@ -3,7 +3,8 @@
 1. Fidelity. Every chat reply carries `x-felab-predicted-ttft-ms`, the time to
    first token the timing model scheduled. A lean client (raw asyncio streams,
    no SDK: it only looks for the first chunk with content) measures the real
-   TTFT from just before it sends the request; error = measured - predicted.
+   TTFT on a keep-alive connection opened beforehand, from just before it sends
+   the request; error = measured - predicted.
    Prompts of 100 to 16,000 tokens, none cached, at 1 stream and at 64 streams.
    The prefill rate is raised to BENCH_PREFILL_TPS so that 64 queued 16,000-token
    prompts take seconds, not minutes; the error does not depend on the rate.
@@ -13,7 +14,7 @@
 4. `PrefixCache.uncached_tokens()` on a 3,000- and a 100,000-token prompt.
 
 Everything runs on 127.0.0.1 against a practice server it starts itself, and
-is bounded in requests (about a minute in all).
+is bounded in requests (about 25 s in all).
 
     python -m felab.bench        # or: make bench
 """
@@ -56,39 +57,72 @@ def body(prompt_tokens: int, max_tokens: int = 4) -> bytes:
     ).encode()
 
 
-async def lean_stream(host: str, port: int, payload: bytes) -> tuple[float, float, int]:
-    """One streamed request: (measured TTFT ms, predicted TTFT ms, content chunks)."""
-    reader, writer = await asyncio.open_connection(host, port)  # connected before the clock starts
-    head = (
-        f"POST /v1/chat/completions HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(payload)}\r\nconnection: close\r\n\r\n"
-    ).encode()
-    t0 = time.perf_counter()
-    writer.write(head + payload)
-    await writer.drain()
-    headers = await reader.readuntil(b"\r\n\r\n")
-    ttft, chunks = None, 0
-    async for line in reader:  # SSE lines (and chunked-encoding size lines, which we skip)
-        if line.startswith(b"data: {") and b'"content": "' in line and b'"content": ""' not in line:
-            ttft = ttft if ttft is not None else time.perf_counter() - t0
-            chunks += 1
-    writer.close()
-    found = PREDICTED.search(headers)
-    if ttft is None or not found:
-        raise RuntimeError(f"no content or no prediction in the reply: {headers[:200]!r}")
-    return ttft * 1000, float(found.group(1)), chunks
+class LeanConnection:
+    """One keep-alive HTTP/1.1 connection to the practice server, opened and used once before timing.
+
+    Opening it sends `GET /health`, so the server has accepted and set up the connection
+    before any clock starts, as with a client's connection pool.
+    """
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname, parts.port
+
+    async def open(self) -> LeanConnection:
+        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        self.writer.write(f"GET /health HTTP/1.1\r\nhost: {self.host}\r\n\r\n".encode())
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        await self.reader.readexactly(int(re.search(rb"content-length: (\d+)", head, re.I).group(1)))
+        return self
+
+    async def stream(self, payload: bytes) -> tuple[float, float, int]:
+        """One streamed request: (measured TTFT ms, predicted TTFT ms, content chunks)."""
+        head = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nhost: {self.host}\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(payload)}\r\n\r\n"
+        ).encode()
+        t0 = time.perf_counter()
+        self.writer.write(head + payload)
+        headers = await self.reader.readuntil(b"\r\n\r\n")
+        ttft, chunks = None, 0
+        while (line := await self.reader.readline()) != b"0\r\n":  # chunked body; "0" ends it
+            if line.startswith(b"data: {") and b'"content": "' in line and b'"content": ""' not in line:
+                ttft = ttft if ttft is not None else time.perf_counter() - t0
+                chunks += 1
+            elif not line:
+                raise RuntimeError("the server closed the connection mid-reply")
+        await self.reader.readline()  # the blank line after the last chunk
+        found = PREDICTED.search(headers)
+        if ttft is None or not found:
+            raise RuntimeError(f"no content or no prediction in the reply: {headers[:200]!r}")
+        return ttft * 1000, float(found.group(1)), chunks
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def lean_stream(url: str, payload: bytes) -> tuple[float, float, int]:
+    """One streamed request on a fresh (warmed) connection."""
+    conn = await LeanConnection(url).open()
+    try:
+        return await conn.stream(payload)
+    finally:
+        conn.close()
 
 
 async def fidelity(url: str, streams: int, requests_per_stream: int) -> list[dict]:
-    """`streams` clients at once, each sending its requests one after another; one record per request."""
-    parts = urlsplit(url)
+    """`streams` clients, each on its own connection sending its requests one after another.
+
+    All connections are opened first; then every stream sends its first request at once.
+    """
     # Stream k sends the lengths in turn, starting at the k-th: every length is in every round.
     plans = [[LENGTHS[(k + i) % len(LENGTHS)] for i in range(requests_per_stream)] for k in range(streams)]
+    conns = await asyncio.gather(*(LeanConnection(url).open() for _ in range(streams)))
 
-    async def one_client(plan: list[int]) -> list[dict]:
+    async def one_client(conn: LeanConnection, plan: list[int]) -> list[dict]:
         out = []
         for i, n in enumerate(plan):
-            measured, predicted, _ = await lean_stream(parts.hostname, parts.port, body(n))
+            measured, predicted, _ = await conn.stream(body(n))
             out.append(
                 {
                     "streams": streams,
@@ -98,9 +132,10 @@ async def fidelity(url: str, streams: int, requests_per_stream: int) -> list[dic
                     "predicted_ms": predicted,
                 }
             )
+        conn.close()
         return out
 
-    done = await asyncio.gather(*(one_client(plan) for plan in plans))
+    done = await asyncio.gather(*(one_client(c, plan) for c, plan in zip(conns, plans, strict=True)))
     return [r for rs in done for r in rs]
 
 
@@ -142,20 +177,16 @@ def server_cpu_s(url: str) -> float:
 
 
 async def many_streams(url: str, streams: int, tokens: int) -> int:
-    parts = urlsplit(url)
-    done = await asyncio.gather(
-        *(lean_stream(parts.hostname, parts.port, body(200, max_tokens=tokens)) for _ in range(streams))
-    )
+    done = await asyncio.gather(*(lean_stream(url, body(200, max_tokens=tokens)) for _ in range(streams)))
     return sum(chunks for _, _, chunks in done)
 
 
 def openai_overhead_ms(url: str, n: int = 15) -> float:
     """Median TTFT through the openai client minus median TTFT of the lean client, same requests."""
     cli = client(Target("mock", url, MODEL, NO_KEY, False, "make mock"))
-    parts = urlsplit(url)
     lean, sdk = [], []
     for _ in range(n):
-        lean.append(asyncio.run(lean_stream(parts.hostname, parts.port, body(100)))[0])
+        lean.append(asyncio.run(lean_stream(url, body(100)))[0])
         sdk.append(stream_once(cli, MODEL, json.loads(body(100))["messages"], max_tokens=4).ttft_ms)
     return statistics.median(sdk) - statistics.median(lean)
 

@@ -148,10 +148,18 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
 
 
 class BodySizeLimit:
-    """ASGI middleware: read the whole body first; over the limit, answer 413 (declared length or not)."""
+    """ASGI middleware: note the arrival, read the whole body (over the limit: 413), then admit.
+
+    Admission is one request at a time: each waits its turn (`self.turn`) after its body is
+    read, and the chat handler hands the turn on as soon as the request is booked
+    (`scope["felab_admitted"]()`). The event loop reads new requests between two turns, so
+    when many arrive at once each notes its arrival time as it comes in, instead of after
+    all the others have been parsed and tokenized.
+    """
 
     def __init__(self, app: Any, limit: int) -> None:
         self.app, self.limit = app, limit
+        self.turn = asyncio.Lock()
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -179,7 +187,21 @@ class BodySizeLimit:
             replayed = True
             return {"type": "http.request", "body": bytes(body), "more_body": False}
 
-        await self.app(scope, replay, send)
+        await self.turn.acquire()
+        admitted = False
+
+        def admit() -> None:
+            nonlocal admitted
+            if not admitted:
+                admitted = True
+                self.turn.release()
+
+        scope["felab_admitted"] = admit
+        try:
+            await asyncio.sleep(0)  # a pass of the event loop between two admissions: it reads new requests
+            await self.app(scope, replay, send)
+        finally:
+            admit()  # other routes, and errors: the turn passes when the reply is done
 
     async def _refuse(self, send: Any) -> None:
         response = error_response(
@@ -339,6 +361,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         replica.stats.admit(
             rid, len(tokens), len(tokens) - uncached, max_tokens, prefill_start, first_token_at - arrival
         )
+        request.scope.get("felab_admitted", lambda: None)()  # booked: the next request may be admitted
         usage = {
             "prompt_tokens": len(tokens),
             "completion_tokens": max_tokens,
