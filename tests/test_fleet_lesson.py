@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from conftest import LESSON06, run_script
@@ -26,6 +27,12 @@ def test_affinity_keeps_the_history_cached_and_random_routing_does_not(isolated:
     assert got["no session value"]["history_hit_pct"] < 40
     assert got["user = session id"]["ttft_p50_ms"] < got["no session value"]["ttft_p50_ms"]
     assert "history_hit_pct" in out.stdout and "ttft_p95_ms" in out.stdout
+    counts = re.findall(
+        r"/metrics: ([\d,]+) of ([\d,]+) prompt tokens hit · usage: ([\d,]+) of ([\d,]+)", out.stdout
+    )
+    assert len(counts) == 3 and all(
+        hits == cached and queries == prompt for hits, queries, cached, prompt in counts
+    )
 
 
 def test_expiry_mode_shows_the_first_turn_after_idle_cold(isolated: Path) -> None:
