@@ -101,5 +101,7 @@ def test_your_numbers_lines_use_the_pages_mapping(isolated: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "1. llama.cpp, opening first: call 1 / middle of calls 2 to 12 (ms): 740 / 36" in out.stdout
     assert "2. llama.cpp, time first: speed-up: 1.0" in out.stdout
-    assert "3. Fireworks, opening first: call 1 / middle of calls 2 to 12 (ms): not recorded yet" in out.stdout
+    assert "3. Fireworks, opening first: call 1 / middle of calls 2 to 12 (ms): not recorded yet" in (
+        out.stdout
+    )
     assert "4. Fireworks: cached tokens / prompt tokens: 3024 / 3039" in out.stdout
