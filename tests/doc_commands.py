@@ -9,6 +9,7 @@ leading `VAR=value` assignments are skipped.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import shlex
 import subprocess
@@ -22,8 +23,26 @@ from felab.paths import KIT_ROOT
 FENCE = re.compile(r"^```(?:bash|sh|shell|console)\n(.*?)^```", re.S | re.M)
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 # Commands of other programs the docs may show; the kit cannot check them.
-EXTERNAL = {"source", "curl", "pkill", "export", "ollama", "vllm", "brew", "pip", "apt-get", "git", "cp",
-            "cat", "ls", "time", "mlx_lm.generate", "mlx_lm.server", "mlx_lm.cache_prompt", "llama-server"}
+EXTERNAL = {
+    "source",
+    "curl",
+    "pkill",
+    "export",
+    "ollama",
+    "vllm",
+    "brew",
+    "pip",
+    "apt-get",
+    "git",
+    "cp",
+    "cat",
+    "ls",
+    "time",
+    "mlx_lm.generate",
+    "mlx_lm.server",
+    "mlx_lm.cache_prompt",
+    "llama-server",
+}
 
 
 def documented_files(root: Path = KIT_ROOT) -> list[Path]:
@@ -70,7 +89,22 @@ def help_text(*argv: str, cwd: Path = KIT_ROOT) -> str:
     return out.stdout + out.stderr
 
 
+def options_part(help_out: str) -> str:
+    """The part of a --help that defines options: argparse's and click's usage line and their
+    options section, without the description between them (which may quote other commands)."""
+    lines = help_out.splitlines()
+    if not lines or not lines[0].lower().startswith("usage:"):
+        return help_out  # a shell script's own help text: all of it is about its options
+    synopsis = list(itertools.takewhile(str.strip, lines))
+    start = next(
+        (i for i, line in enumerate(lines) if re.match(r"^(options|optional arguments):", line, re.I)),
+        len(lines),
+    )
+    return "\n".join(synopsis + lines[start:])
+
+
 def _flags_problems(cmd: Command, help_out: str, args: list[str]) -> list[str]:
+    help_out = options_part(help_out)
     problems = []
     for i, word in enumerate(args):
         if not word.startswith("--"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from doc_commands import check, commands, documented_files
+from doc_commands import check, commands, documented_files, options_part
 
 from felab.paths import KIT_ROOT
 
@@ -43,5 +43,19 @@ def test_the_checker_catches_a_removed_target_flag_or_script(tmp_path: Path) -> 
     assert "no make target 'no-such-target'" in text
     assert "--no-such-flag is not in its --help" in text
     assert "'sideways' is not a choice of --order" in text
+
     assert "no script gone.py" in text
     assert "unknown command 'frobnicate'" in text
+
+
+def test_a_flag_counts_only_where_help_defines_options() -> None:
+    # A description may quote a command with a flag the script no longer has.
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        description="Run it:\n\n    python x.py --ghost\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--real", help="a real flag")
+    part = options_part(parser.format_help())
+    assert "--real" in part and "--ghost" not in part
