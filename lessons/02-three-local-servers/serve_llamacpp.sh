@@ -19,31 +19,20 @@
 # --dry-run prints the command instead of running it. Ctrl+C stops the server.
 # ─────────────────────────────────────────────────────────────────────────────
 set -euo pipefail
+HELP_LINES=3,19   # the header above: what --help prints
+# shellcheck source-path=SCRIPTDIR source=_serve_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_serve_common.sh"   # parse_args, show, start_server, ...
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 KIT_ROOT="$(cd "$HERE/../.." && pwd)"
 DEFAULT_REPO="bartowski/Meta-Llama-3.1-8B-Instruct-GGUF"   # Llama 3.1 8B Instruct; Q4_K_M is 4.9 GB
 
-usage() { sed -n '3,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
-show() { local line; line="$(printf '%q ' "$@")"; echo "${line% }"; }   # a command, quoted
-
-DRY_RUN=0
-POSITIONAL=()
-for arg in "$@"; do
-  case "$arg" in
-    -h|--help) usage; exit 0 ;;
-    --dry-run) DRY_RUN=1 ;;
-    -*) echo "serve_llamacpp.sh: unknown option $arg (try --help)" >&2; exit 2 ;;
-    *) POSITIONAL+=("$arg") ;;
-  esac
-done
+parse_args "$@"
 QUANT="${POSITIONAL[0]:-Q4_K_M}"
 CTX="${POSITIONAL[1]:-8192}"
 PARALLEL="${POSITIONAL[2]:-4}"
 PORT="${LLAMACPP_PORT:-8080}"
-for n in "$CTX" "$PARALLEL" "$PORT"; do
-  [[ "$n" =~ ^[0-9]+$ ]] || { echo "serve_llamacpp.sh: '$n' is not a whole number (usage: [QUANT] [CTX] [PARALLEL])" >&2; exit 2; }
-done
+need_whole_numbers "[QUANT] [CTX] [PARALLEL]" "$CTX" "$PARALLEL" "$PORT"
 
 # ── find the binary ──────────────────────────────────────────────────────────
 SERVER="${LLAMA_SERVER:-}"
@@ -53,7 +42,7 @@ if [[ -z "$SERVER" ]]; then
   fi
 fi
 if [[ -z "$SERVER" || ! -x "$SERVER" ]]; then
-  cat >&2 <<EOF
+  missing_engine <<EOF
 llama-server was not found${LLAMA_SERVER:+ at LLAMA_SERVER=$LLAMA_SERVER}. Get it one of these ways:
   macOS or Linux with Homebrew:   brew install llama.cpp
   Ubuntu 25.10+, Debian testing:  sudo apt install llama.cpp   (Debian 12 has no package)
@@ -61,17 +50,19 @@ llama-server was not found${LLAMA_SERVER:+ at LLAMA_SERVER=$LLAMA_SERVER}. Get i
                                   on 2 cores, installs .tools/bin/llama-server, no Homebrew needed)
 Or point LLAMA_SERVER at a binary you already have.
 EOF
-  exit 127
 fi
 
 # ── build the command ────────────────────────────────────────────────────────
+STOP_HINT=""   # said if llama-server stops before it is ready
 if [[ -n "${LLAMACPP_MODEL:-}" ]]; then
-  [[ -f "$LLAMACPP_MODEL" ]] || { echo "serve_llamacpp.sh: LLAMACPP_MODEL=$LLAMACPP_MODEL is not a file" >&2; exit 2; }
+  [[ -f "$LLAMACPP_MODEL" ]] || fail 2 "LLAMACPP_MODEL=$LLAMACPP_MODEL is not a file"
   MODEL_ARGS=(-m "$LLAMACPP_MODEL")
   MODEL_NAME="$LLAMACPP_MODEL"
 else
   MODEL_ARGS=(-hf "${LLAMACPP_HF_REPO:-$DEFAULT_REPO}:$QUANT")
   MODEL_NAME="${LLAMACPP_HF_REPO:-$DEFAULT_REPO}:$QUANT (downloaded once, then cached)"
+  STOP_HINT="If it could not download the model, check the network, or use a local file:"
+  STOP_HINT+=" LLAMACPP_MODEL=/path/file.gguf bash serve_llamacpp.sh ..."
 fi
 
 # An explicit -np splits CTX into PARALLEL equal seats. Recent builds would share one
@@ -94,35 +85,10 @@ if [[ "$DRY_RUN" == 1 ]]; then
 fi
 
 # ── run it, and say when it listens ──────────────────────────────────────────
-health() {
-  if command -v curl >/dev/null 2>&1; then
-    curl -fsS -o /dev/null --max-time 2 "http://127.0.0.1:$PORT/health" 2>/dev/null
-  else
-    python3 -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=2)" \
-      "http://127.0.0.1:$PORT/health" 2>/dev/null
-  fi
-}
-if health; then
-  echo "serve_llamacpp.sh: something already answers on port $PORT. Stop it first, or set LLAMACPP_PORT." >&2
-  exit 1
-fi
-
-"${CMD[@]}" &
-PID=$!
-trap 'kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null || true' EXIT   # never leave the server behind
-trap 'exit 130' INT TERM
-until health; do
-  if ! kill -0 "$PID" 2>/dev/null; then
-    wait "$PID" && rc=0 || rc=$?
-    echo "serve_llamacpp.sh: llama-server stopped before it was ready (exit $rc); see its log above." >&2
-    if [[ -z "${LLAMACPP_MODEL:-}" ]]; then
-      echo "If it could not download the model, check the network, or use a local file:" \
-        "LLAMACPP_MODEL=/path/file.gguf bash serve_llamacpp.sh ..." >&2
-    fi
-    [[ "$rc" == 0 ]] && rc=1
-    exit "$rc"
-  fi
-  sleep 0.5
-done
+PREFER_CURL=1   # ask /health with curl where it is installed (else python3)
+HEALTH_URL="http://127.0.0.1:$PORT/health"
+need_free_port "$PORT" LLAMACPP_PORT "$HEALTH_URL"
+start_server "${CMD[@]}"
+wait_until_healthy "$HEALTH_URL" llama-server "$STOP_HINT"
 echo "llama-server is listening on http://127.0.0.1:$PORT/v1 ($PARALLEL seats of $((CTX / PARALLEL)) tokens). Ctrl+C stops it."
-wait "$PID"
+wait "$SERVER_PID"

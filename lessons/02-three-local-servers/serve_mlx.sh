@@ -17,31 +17,23 @@
 # --dry-run prints the command instead of running it. Ctrl+C stops the server.
 # ─────────────────────────────────────────────────────────────────────────────
 set -euo pipefail
+HELP_LINES=3,17   # the header above: what --help prints
+# shellcheck source-path=SCRIPTDIR source=_serve_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_serve_common.sh"   # parse_flags_only, show, start_server, ...
 
 DEFAULT_MODEL="mlx-community/Meta-Llama-3.1-8B-Instruct-4bit"
 
-usage() { sed -n '3,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
-show() { local line; line="$(printf '%q ' "$@")"; echo "${line% }"; }   # a command, quoted
-
-DRY_RUN=0
-for arg in "$@"; do
-  case "$arg" in
-    -h|--help) usage; exit 0 ;;
-    --dry-run) DRY_RUN=1 ;;
-    *) echo "serve_mlx.sh: unknown argument $arg (try --help; the model comes from MLX_MODEL)" >&2; exit 2 ;;
-  esac
-done
+parse_flags_only "the model comes from MLX_MODEL" "$@"
 MODEL="${MLX_MODEL:-$DEFAULT_MODEL}"
 PORT="${MLX_PORT:-8081}"
 
 if ! command -v mlx_lm.server >/dev/null 2>&1; then
-  cat >&2 <<EOF
+  missing_engine <<EOF
 mlx_lm.server was not found. Activate the kit's Python environment first
 (from the kit folder: source .venv/bin/activate), then install MLX if needed:
   Apple silicon:  pip install mlx-lm
   Linux (CPU):    pip install "mlx[cpu]" mlx-lm      (or: make engines)
 EOF
-  exit 127
 fi
 
 # mlx_lm.server's GET /v1/models scans the Hugging Face cache and fails if that
@@ -60,39 +52,24 @@ if [[ "$DRY_RUN" == 1 ]]; then
   exit 0
 fi
 
-health() {
-  python3 -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=2)" \
-    "http://127.0.0.1:$PORT/health" 2>/dev/null
-}
-if health; then
-  echo "serve_mlx.sh: something already answers on port $PORT. Stop it first, or set MLX_PORT." >&2
-  exit 1
-fi
+HEALTH_URL="http://127.0.0.1:$PORT/health"
+need_free_port "$PORT" MLX_PORT "$HEALTH_URL"
 
 # The server's output goes to this terminal and to a log that this script watches: when the
 # model cannot be loaded, mlx_lm.server keeps answering 503 instead of exiting.
 LOG="$(mktemp)"
-"${CMD[@]}" > >(tee -a "$LOG") 2>&1 &
-PID=$!
-trap 'kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null || true; rm -f "$LOG"; true' EXIT   # never leave the server behind
-trap 'exit 130' INT TERM
+start_server --log "$LOG" "${CMD[@]}"
 polls=0
-until health; do
-  if ! kill -0 "$PID" 2>/dev/null; then
-    wait "$PID" && rc=0 || rc=$?
-    echo "serve_mlx.sh: mlx_lm.server stopped before it was ready (exit $rc); see its log above." >&2
-    [[ "$rc" == 0 ]] && rc=1
-    exit "$rc"
-  fi
+until answers "$HEALTH_URL"; do
+  exit_if_server_stopped mlx_lm.server
   if grep -q "generation thread died" "$LOG"; then
-    echo "serve_mlx.sh: mlx_lm.server could not load $MODEL (its error is above). A hub repo is" \
+    fail 1 "mlx_lm.server could not load $MODEL (its error is above). A hub repo is" \
       "downloaded on first use (about 4.5 GB for the default): check the network, or set MLX_MODEL" \
-      "to a local folder." >&2
-    exit 1
+      "to a local folder."
   fi
   # every half second at first, then every 5 s (each check is a line in the server's log)
   polls=$((polls + 1))
   if ((polls < 20)); then sleep 0.5; else sleep 5; fi
 done
 echo "mlx_lm.server is listening on http://127.0.0.1:$PORT/v1 (model: default_model = $MODEL). Ctrl+C stops it."
-wait "$PID"
+wait "$SERVER_PID"

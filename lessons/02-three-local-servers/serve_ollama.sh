@@ -18,38 +18,26 @@
 # --dry-run prints the commands instead of running them. Ctrl+C stops the server.
 # ─────────────────────────────────────────────────────────────────────────────
 set -euo pipefail
+HELP_LINES=3,19   # the header above: what --help prints
+# shellcheck source-path=SCRIPTDIR source=_serve_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_serve_common.sh"   # parse_args, show, start_server, ...
 
-usage() { sed -n '3,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
-show() { local line; line="$(printf '%q ' "$@")"; echo "${line% }"; }   # a command, quoted
-
-DRY_RUN=0
-POSITIONAL=()
-for arg in "$@"; do
-  case "$arg" in
-    -h|--help) usage; exit 0 ;;
-    --dry-run) DRY_RUN=1 ;;
-    -*) echo "serve_ollama.sh: unknown option $arg (try --help)" >&2; exit 2 ;;
-    *) POSITIONAL+=("$arg") ;;
-  esac
-done
+parse_args "$@"
 MODEL="${POSITIONAL[0]:-llama3.1:8b}"
 CTX="${POSITIONAL[1]:-8192}"
 PARALLEL="${POSITIONAL[2]:-4}"
 PORT="${OLLAMA_PORT:-11434}"
-for n in "$CTX" "$PARALLEL" "$PORT"; do
-  [[ "$n" =~ ^[0-9]+$ ]] || { echo "serve_ollama.sh: '$n' is not a whole number (usage: [MODEL] [CTX] [PARALLEL])" >&2; exit 2; }
-done
+need_whole_numbers "[MODEL] [CTX] [PARALLEL]" "$CTX" "$PARALLEL" "$PORT"
 
 OLLAMA="${OLLAMA_BIN:-ollama}"
 if ! command -v "$OLLAMA" >/dev/null 2>&1; then
-  cat >&2 <<EOF
+  missing_engine <<EOF
 ollama was not found. Get it one of these ways:
   macOS:                   brew install ollama   (or the app from ollama.com)
   Linux with Homebrew:     brew install ollama
   Linux without Homebrew:  the install script or the release archive from ollama.com
 Or point OLLAMA_BIN at a binary you already have.
 EOF
-  exit 127
 fi
 
 export OLLAMA_HOST="127.0.0.1:$PORT"
@@ -61,33 +49,19 @@ if [[ "$DRY_RUN" == 1 ]]; then
   exit 0
 fi
 
-health() {
-  python3 -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=2)" \
-    "http://127.0.0.1:$PORT/api/version" 2>/dev/null
-}
+HEALTH_URL="http://127.0.0.1:$PORT/api/version"
 ready() {
   "$OLLAMA" pull "$MODEL"
   echo "ollama is listening on http://127.0.0.1:$PORT/v1 (model: $MODEL). $1"
 }
 
-if health; then
+if answers "$HEALTH_URL"; then
   echo "serve_ollama.sh: Ollama already runs on port $PORT; it keeps its own context and seat settings."
   ready "It was already running: stop it from its menu or with the command that started it."
   exit 0
 fi
 
-env "${SERVE_ENV[@]}" "$OLLAMA" serve &
-PID=$!
-trap 'kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null || true' EXIT   # never leave the server behind
-trap 'exit 130' INT TERM
-until health; do
-  if ! kill -0 "$PID" 2>/dev/null; then
-    wait "$PID" && rc=0 || rc=$?
-    echo "serve_ollama.sh: ollama serve stopped before it was ready (exit $rc); see its log above." >&2
-    [[ "$rc" == 0 ]] && rc=1
-    exit "$rc"
-  fi
-  sleep 0.5
-done
+start_server env "${SERVE_ENV[@]}" "$OLLAMA" serve
+wait_until_healthy "$HEALTH_URL" "ollama serve"
 ready "Ctrl+C stops it."
-wait "$PID"
+wait "$SERVER_PID"

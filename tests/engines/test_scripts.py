@@ -57,7 +57,8 @@ def test_llamacpp_missing_says_how_to_get_it(tmp_path: Path) -> None:
     # a copy in a kit of its own, so a llama-server built into this kit's .tools/ is not found
     lesson = tmp_path / "lessons" / "02-three-local-servers"
     lesson.mkdir(parents=True)
-    shutil.copy(LESSON02 / "serve_llamacpp.sh", lesson)
+    for name in ("serve_llamacpp.sh", "_serve_common.sh"):  # the script and the file it sources
+        shutil.copy(LESSON02 / name, lesson)
     r = run_bash(lesson / "serve_llamacpp.sh", env=bare_env())
     assert r.returncode == 127
     for how in ("brew install llama.cpp", "apt install llama.cpp", "make llama-server"):
