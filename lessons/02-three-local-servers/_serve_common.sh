@@ -51,12 +51,12 @@ _parse_args() {
   done
 }
 
-# need_whole_numbers USAGE N...: exit 2 unless every N is a whole number.
+# need_whole_numbers USAGE N...: exit 2 unless every N is a whole number of 1 or more.
 need_whole_numbers() {
   local usage="$1" n
   shift
   for n in "$@"; do
-    [[ "$n" =~ ^[0-9]+$ ]] || fail 2 "'$n' is not a whole number (usage: $usage)"
+    [[ "$n" =~ ^[0-9]+$ && "$n" =~ [1-9] ]] || fail 2 "'$n' is not a whole number of 1 or more (usage: $usage)"
   done
 }
 

@@ -53,6 +53,7 @@ if [[ "$DRY_RUN" == 1 ]]; then
 fi
 
 HEALTH_URL="http://127.0.0.1:$PORT/health"
+need_whole_numbers "MLX_PORT=8081 bash serve_mlx.sh" "$PORT"
 need_free_port "$PORT" MLX_PORT "$HEALTH_URL"
 
 # The server's output goes to this terminal and to a log that this script watches: when the

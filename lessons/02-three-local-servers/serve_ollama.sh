@@ -18,7 +18,7 @@
 # --dry-run prints the commands instead of running them. Ctrl+C stops the server.
 # ─────────────────────────────────────────────────────────────────────────────
 set -euo pipefail
-HELP_LINES=3,19   # the header above: what --help prints
+HELP_LINES=3,18   # the header above: what --help prints
 # shellcheck source-path=SCRIPTDIR source=_serve_common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/_serve_common.sh"   # parse_args, show, start_server, ...
 
