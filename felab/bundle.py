@@ -236,9 +236,13 @@ def readme_block(folder: Path) -> str:
 
 
 def code_block(folder: Path) -> str:
-    """Every script of the lesson, each a snippets include that MkDocs resolves with line numbers."""
+    """Every script of the lesson, each a snippets include that MkDocs resolves with line numbers.
+
+    The scripts a learner runs come first, by name; shared helpers (`_name.sh`) after them.
+    """
     parts = []
-    for script in sorted(p for p in folder.iterdir() if p.suffix in LANGUAGES and p.is_file()):
+    scripts = (p for p in folder.iterdir() if p.suffix in LANGUAGES and p.is_file())
+    for script in sorted(scripts, key=lambda p: (p.name.startswith("_"), p.name)):
         lang, name = LANGUAGES[script.suffix]
         count = len(script.read_text(encoding="utf-8").splitlines())
         where = f"lessons/{folder.name}/{script.name}"
