@@ -8,7 +8,9 @@ What it models, each in one short place:
 - the timing: felab/timing.py (overhead + prefill of the uncached tokens, then decode);
 - replicas behind one address and how a request picks one: felab/fleet.py;
 - the counters of `GET /metrics`, with vLLM's names: felab/metrics.py;
-- failures on purpose (429, 503, 500, a cut stream): felab/faults.py.
+- failures on purpose (429, 503, 500, a cut stream): felab/faults.py;
+- OpenAI's requests and error envelope: felab/openai_wire.py; how a request comes in
+  (arrival time, body limit, admission): felab/intake.py.
 
 What it serves: `POST /v1/chat/completions` (streamed or not), `GET /v1/models`,
 `GET /health`, `GET /metrics`, and `POST /admin/reset`, which empties the prefix
@@ -30,18 +32,19 @@ import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 import click
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from felab import metrics
 from felab.faults import ERRORS, FAULT_TYPES, RETRY_AFTER_S, Faults, HideStreamCuts, StreamCut
 from felab.fleet import ROUTES, Fleet
+from felab.intake import BodySizeLimit
+from felab.openai_wire import ApiError, ChatRequest, chat_template, error_response, validation_message
 from felab.prefix_cache import tokenize
 from felab.timing import TimingModel
 
@@ -65,149 +68,6 @@ class Settings:
     fail_rate: float = 0.0
     fail_types: tuple[str, ...] = FAULT_TYPES
     seed: int = 0
-
-
-# ── Requests ──────────────────────────────────────────────────────────────────
-
-
-class TextPart(BaseModel):
-    type: Literal["text"]
-    text: str
-
-
-class Message(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
-
-    def text(self) -> str:
-        if isinstance(self.content, list):
-            return "".join(part.text for part in self.content)
-        return self.content or ""
-
-
-class StreamOptions(BaseModel):
-    include_usage: bool = False
-
-
-class ChatRequest(BaseModel):
-    """The fields the practice server reads; other OpenAI fields are accepted and ignored."""
-
-    model_config = ConfigDict(extra="allow")
-    model: str = Field(min_length=1)
-    messages: list[Message] = Field(min_length=1)
-    max_tokens: StrictInt | None = Field(None, ge=1, le=131_072)
-    max_completion_tokens: StrictInt | None = Field(None, ge=1, le=131_072)
-    stream: StrictBool = False
-    stream_options: StreamOptions | None = None
-    user: str | None = None
-
-
-def chat_template(messages: list[Message]) -> str:
-    """A plain chat template: each message as `<|role|>` and its text, then the reply's opening."""
-    return "".join(f"<|{m.role}|>\n{m.text()}\n" for m in messages) + "<|assistant|>\n"
-
-
-# ── Errors in OpenAI's shape ─────────────────────────────────────────────────
-
-
-class ApiError(Exception):
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        type_: str,
-        param: str | None = None,
-        code: str | None = None,
-        headers: dict[str, str] | None = None,
-    ):
-        super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
-        self.headers = headers
-
-
-def error_response(
-    status: int,
-    message: str,
-    type_: str,
-    param: str | None = None,
-    code: str | None = None,
-    headers: dict[str, str] | None = None,
-):
-    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
-    return JSONResponse(body, status_code=status, headers=headers)
-
-
-def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
-    first = exc.errors()[0] if exc.errors() else {}
-    if first.get("type") == "json_invalid":
-        return "The request body is not valid JSON.", None
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-    param = ".".join(loc) or None
-    return f"Invalid value for '{param or 'body'}': {first.get('msg', 'invalid request')}.", param
-
-
-class BodySizeLimit:
-    """ASGI middleware: note the arrival, read the whole body (over the limit: 413), then admit.
-
-    Admission is one request at a time: each waits its turn (`self.turn`) after its body is
-    read, and the chat handler hands the turn on as soon as the request is booked
-    (`scope["felab_admitted"]()`). The event loop reads new requests between two turns, so
-    when many arrive at once each notes its arrival time as it comes in, instead of after
-    all the others have been parsed and tokenized.
-    """
-
-    def __init__(self, app: Any, limit: int) -> None:
-        self.app, self.limit = app, limit
-        self.turn = asyncio.Lock()
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        scope["felab_arrival"] = asyncio.get_running_loop().time()  # before the body is read and parsed
-        await asyncio.sleep(0)  # requests that came in together all note their arrival before any is parsed
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared and declared.isdigit() and int(declared) > self.limit:
-            return await self._refuse(send)
-        body, more = bytearray(), True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return None
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > self.limit:
-                return await self._refuse(send)
-        replayed = False
-
-        async def replay() -> dict:
-            nonlocal replayed
-            if replayed:
-                return await receive()  # after the body: wait for the client to disconnect
-            replayed = True
-            return {"type": "http.request", "body": bytes(body), "more_body": False}
-
-        await self.turn.acquire()
-        admitted = False
-
-        def admit() -> None:
-            nonlocal admitted
-            if not admitted:
-                admitted = True
-                self.turn.release()
-
-        scope["felab_admitted"] = admit
-        try:
-            await asyncio.sleep(0)  # a pass of the event loop between two admissions: it reads new requests
-            await self.app(scope, replay, send)
-        finally:
-            admit()  # other routes, and errors: the turn passes when the reply is done
-
-    async def _refuse(self, send: Any) -> None:
-        response = error_response(
-            413, f"Request body larger than {self.limit} bytes.", "invalid_request_error"
-        )
-        await response({"type": "http"}, None, send)
 
 
 # ── The server ───────────────────────────────────────────────────────────────
@@ -277,7 +137,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        message, param = _validation_message(exc)
+        message, param = validation_message(exc)
         return error_response(400, message, "invalid_request_error", param)
 
     @app.exception_handler(StarletteHTTPException)
@@ -391,15 +251,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             }
             return JSONResponse(body, headers=headers)
 
+        def frame(**fields: Any) -> str:
+            """One server-sent event: a `chat.completion.chunk` with these fields."""
+            data = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": settings.model}
+            return f"data: {json.dumps({**data, **fields})}\n\n"
+
         def chunk(delta: dict, finish: str | None = None) -> str:
-            data = {
-                "id": rid,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": settings.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            }
-            return f"data: {json.dumps(data)}\n\n"
+            return frame(choices=[{"index": 0, "delta": delta, "finish_reason": finish}])
 
         async def events() -> AsyncIterator[str]:
             try:
@@ -418,15 +276,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     raise StreamCut(rid)  # uvicorn closes the connection mid-body
                 yield chunk({"content": word}, "length" if i == len(words) - 1 else None)
             if req.stream_options and req.stream_options.include_usage:
-                data = {
-                    "id": rid,
-                    "object": "chat.completion.chunk",
-                    "created": created,
-                    "model": settings.model,
-                    "choices": [],
-                    "usage": usage,
-                }
-                yield f"data: {json.dumps(data)}\n\n"
+                yield frame(choices=[], usage=usage)  # the usage comes last, with no choices
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
