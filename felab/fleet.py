@@ -72,8 +72,10 @@ class Fleet:
         self.rng = random.Random(f"route/{seed}")
         self.turn = itertools.count()
 
-    def pick(self, tokens: list[str], session: str | None, now: float) -> Replica:
-        """The replica this request goes to."""
+    def pick(
+        self, tokens: list[str], session: str | None, now: float, keys: list[int] | None = None
+    ) -> Replica:
+        """The replica this request goes to (`keys`: the prompt's block keys, if already computed)."""
         n = len(self.replicas)
         if n == 1:
             return self.replicas[0]
@@ -82,7 +84,7 @@ class Fleet:
         if self.route == "affinity" and session:
             return self.replicas[rendezvous(session, n)]
         if self.route == "prefix":
-            keys = block_keys(tokens)
+            keys = block_keys(tokens) if keys is None else keys
 
             def first_token_at(r: Replica) -> float:  # as the lane would schedule it (timing.py)
                 uncached = len(tokens) - r.cache.cached_blocks(keys) * BLOCK_TOKENS

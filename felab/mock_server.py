@@ -45,7 +45,7 @@ from felab.faults import ERRORS, FAULT_TYPES, RETRY_AFTER_S, Faults, HideStreamC
 from felab.fleet import ROUTES, Fleet
 from felab.intake import BodySizeLimit
 from felab.openai_wire import ApiError, ChatRequest, chat_template, error_response, validation_message
-from felab.prefix_cache import tokenize
+from felab.prefix_cache import block_keys, tokenize
 from felab.timing import TimingModel
 
 DEFAULT_PORT = 8765
@@ -212,11 +212,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         loop = asyncio.get_running_loop()
         arrival = request.scope.get("felab_arrival", loop.time())
         session = request.headers.get("x-session-affinity") or req.user
-        replica = state.fleet.pick(tokens, session, arrival)
-        uncached = replica.cache.uncached_tokens(tokens)
+        keys = block_keys(tokens)  # hashed once, on arrival; routing, lookup and insert share them
+        replica = state.fleet.pick(tokens, session, arrival, keys)
+        uncached = replica.cache.uncached_tokens(tokens, keys)
         prefill_start, first_token_at = replica.lane.schedule(arrival, settings.timing, uncached)
         # Safe at arrival: the FIFO lane prefills earlier prompts first. Used until its prefill ends.
-        replica.cache.insert(tokens, used_at=first_token_at)
+        replica.cache.insert(tokens, used_at=first_token_at, keys=keys)
         rid, created = f"chatcmpl-felab-{next(state.ids)}", int(time.time())
         replica.stats.admit(
             rid, len(tokens), len(tokens) - uncached, max_tokens, prefill_start, first_token_at - arrival

@@ -51,24 +51,28 @@ class PrefixCache:
         self.capacity, self.ttl_s, self.clock = capacity_blocks, ttl_s, clock
         self.blocks: OrderedDict[int, float] = OrderedDict()  # key -> when last used
 
-    def uncached_tokens(self, tokens: list[str]) -> int:
-        """How many tokens of this prompt must be prefilled: all after the longest cached prefix."""
+    def uncached_tokens(self, tokens: list[str], keys: list[int] | None = None) -> int:
+        """How many tokens of this prompt must be prefilled: all after the longest cached prefix.
+
+        `keys`: the prompt's block keys, if already computed. The server hashes each prompt
+        once, when it arrives (as vLLM does), and looks it up with those keys.
+        """
         self.expire()
         found = []
-        for key in block_keys(tokens):
+        for key in block_keys(tokens) if keys is None else keys:
             if key not in self.blocks:
                 break
             found.append(key)
         self.touch(found)  # a hit makes the blocks recently used
         return len(tokens) - len(found) * BLOCK_TOKENS
 
-    def insert(self, tokens: list[str], used_at: float | None = None) -> None:
+    def insert(self, tokens: list[str], used_at: float | None = None, keys: list[int] | None = None) -> None:
         """After prefill: keep this prompt's full blocks, evicting the least recently used.
 
         `used_at`: when the server is done reading them (the end of this prompt's prefill),
-        if later than now. The time to live counts from then.
+        if later than now. The time to live counts from then. `keys`: as for uncached_tokens().
         """
-        self.touch(block_keys(tokens), used_at)
+        self.touch(block_keys(tokens) if keys is None else keys, used_at)
         while len(self.blocks) > self.capacity:
             self.blocks.popitem(last=False)
 
