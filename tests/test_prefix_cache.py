@@ -69,3 +69,14 @@ def test_clear_forgets_everything() -> None:
     cache.clear()
     assert len(cache) == 0
     assert cache.uncached_tokens(tokens) == len(tokens)
+
+
+def test_keys_hashed_once_give_the_same_answer() -> None:
+    # The server hashes a prompt once, on arrival, and passes the keys in.
+    cache, other = PrefixCache(), PrefixCache()
+    tokens = tokenize(OPENING)
+    keys = block_keys(tokens)
+    cache.insert(tokens[: 20 * BLOCK_TOKENS])
+    other.insert(tokens[: 20 * BLOCK_TOKENS], keys=block_keys(tokens[: 20 * BLOCK_TOKENS]))
+    expected = len(tokens) - 20 * BLOCK_TOKENS
+    assert cache.uncached_tokens(tokens, keys) == other.uncached_tokens(tokens) == expected
