@@ -118,11 +118,13 @@ async def fidelity(url: str, streams: int, requests_per_stream: int) -> list[dic
     # Stream k sends the lengths in turn, starting at the k-th: every length is in every round.
     plans = [[LENGTHS[(k + i) % len(LENGTHS)] for i in range(requests_per_stream)] for k in range(streams)]
     conns = await asyncio.gather(*(LeanConnection(url).open() for _ in range(streams)))
+    # Every request's body is built before the first is sent: the client does no work during a round.
+    payloads = [[body(n) for n in plan] for plan in plans]
 
-    async def one_client(conn: LeanConnection, plan: list[int]) -> list[dict]:
+    async def one_client(conn: LeanConnection, plan: list[int], bodies: list[bytes]) -> list[dict]:
         out = []
-        for i, n in enumerate(plan):
-            measured, predicted, _ = await conn.stream(body(n))
+        for i, (n, payload) in enumerate(zip(plan, bodies, strict=True)):
+            measured, predicted, _ = await conn.stream(payload)
             out.append(
                 {
                     "streams": streams,
@@ -135,7 +137,8 @@ async def fidelity(url: str, streams: int, requests_per_stream: int) -> list[dic
         conn.close()
         return out
 
-    done = await asyncio.gather(*(one_client(c, plan) for c, plan in zip(conns, plans, strict=True)))
+    clients = (one_client(c, plan, b) for c, plan, b in zip(conns, plans, payloads, strict=True))
+    done = await asyncio.gather(*clients)
     return [r for rs in done for r in rs]
 
 
