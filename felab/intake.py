@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from felab.openai_wire import error_response
+from felab.openai_wire import ApiError
 
 
 class BodySizeLimit:
@@ -69,7 +69,5 @@ class BodySizeLimit:
             admit()  # other routes, and errors: the turn passes when the reply is done
 
     async def _refuse(self, send: Any) -> None:
-        response = error_response(
-            413, f"Request body larger than {self.limit} bytes.", "invalid_request_error"
-        )
+        response = ApiError(413, f"Request body larger than {self.limit} bytes.").response()
         await response({"type": "http"}, None, send)

@@ -44,7 +44,7 @@ from felab import metrics
 from felab.faults import ERRORS, FAULT_TYPES, RETRY_AFTER_S, Faults, HideStreamCuts, StreamCut
 from felab.fleet import ROUTES, Fleet
 from felab.intake import BodySizeLimit
-from felab.openai_wire import ApiError, ChatRequest, chat_template, error_response, validation_message
+from felab.openai_wire import ApiError, ChatRequest, chat_template, validation_message
 from felab.prefix_cache import block_keys, tokenize
 from felab.timing import TimingModel
 
@@ -138,18 +138,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         message, param = validation_message(exc)
-        return error_response(400, message, "invalid_request_error", param)
+        return ApiError(400, message, param=param).response()
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         text = {404: "Unknown route.", 405: "Method not allowed on this route."}.get(
             exc.status_code, str(exc.detail)
         )
-        return error_response(exc.status_code, text, "invalid_request_error")
+        return ApiError(exc.status_code, text).response()
 
     @app.exception_handler(ApiError)
     async def _api(_: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.message, exc.type, exc.param, exc.code, exc.headers)
+        return exc.response()
 
     @app.get("/health")
     async def health() -> dict:
@@ -184,30 +184,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def chat(req: ChatRequest, request: Request) -> Any:
         if req.model != settings.model:
             raise ApiError(
-                404,
-                f"The model `{req.model}` does not exist.",
-                "invalid_request_error",
-                "model",
-                "model_not_found",
+                404, f"The model `{req.model}` does not exist.", param="model", code="model_not_found"
             )
         tokens = tokenize(chat_template(req.messages))
         max_tokens = req.max_completion_tokens or req.max_tokens or settings.default_max_tokens
         if len(tokens) + max_tokens > settings.context_tokens:
-            raise ApiError(
-                400,
+            message = (
                 f"This model's maximum context length is {settings.context_tokens} tokens; "
-                f"the request has {len(tokens)} prompt tokens and asks for {max_tokens} more.",
-                "invalid_request_error",
-                "messages",
-                "context_length_exceeded",
+                f"the request has {len(tokens)} prompt tokens and asks for {max_tokens} more."
             )
+            raise ApiError(400, message, param="messages", code="context_length_exceeded")
 
         state: ServerState = app.state.felab
         fault = state.faults.draw()
         if fault in ERRORS:
             status, text, type_, code = ERRORS[fault]
             wait = {"retry-after": str(RETRY_AFTER_S)} if status in (429, 503) else None
-            raise ApiError(status, text, type_, None, code, wait)
+            raise ApiError(status, text, type_, code=code, headers=wait)
 
         loop = asyncio.get_running_loop()
         arrival = request.scope.get("felab_arrival", loop.time())

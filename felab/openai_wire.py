@@ -9,6 +9,7 @@ out in OpenAI's envelope:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from fastapi.exceptions import RequestValidationError
@@ -59,33 +60,21 @@ def chat_template(messages: list[Message]) -> str:
 # ── Errors in OpenAI's shape ─────────────────────────────────────────────────
 
 
+@dataclass
 class ApiError(Exception):
-    """An error to answer with: its HTTP status and the envelope's fields (and any headers)."""
+    """An error to answer with: its HTTP status, the envelope's fields, and any headers."""
 
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        type_: str,
-        param: str | None = None,
-        code: str | None = None,
-        headers: dict[str, str] | None = None,
-    ):
-        super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
-        self.headers = headers
+    status: int
+    message: str
+    type: str = "invalid_request_error"
+    param: str | None = None
+    code: str | None = None
+    headers: dict[str, str] | None = None
 
-
-def error_response(
-    status: int,
-    message: str,
-    type_: str,
-    param: str | None = None,
-    code: str | None = None,
-    headers: dict[str, str] | None = None,
-):
-    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
-    return JSONResponse(body, status_code=status, headers=headers)
+    def response(self) -> JSONResponse:
+        """The error as OpenAI sends it: `{"error": {"message", "type", "param", "code"}}`."""
+        body = {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
 
 
 def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
