@@ -229,12 +229,15 @@ def main(rounds: int, rounds_64: int) -> None:
     flags = ("--prefill-tps", str(BENCH_PREFILL_TPS))
     with practice_server(*flags) as url:
         click.echo(f"practice server at {url}, prefill {BENCH_PREFILL_TPS:,} tok/s; lean asyncio client\n")
+        click.echo(f"  1 stream: {rounds * len(LENGTHS)} requests, one after another ...", err=True)
         records = asyncio.run(fidelity(url, 1, rounds * len(LENGTHS)))
+        click.echo(f"  64 streams: {64 * rounds_64} requests ...", err=True)
         records += asyncio.run(fidelity(url, 64, rounds_64))
         rows = error_rows(records)
         click.echo("TTFT: measured by the client - predicted by the timing model (ms)\n")
         click.echo(table(rows, floatfmt=".2f"))
 
+        click.echo("\n  the openai client's cost, the server's CPU per token, the cache lookup ...", err=True)
         overhead = openai_overhead_ms(url)
         before = server_cpu_s(url)
         tokens = asyncio.run(many_streams(url, 16, 400))

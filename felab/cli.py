@@ -108,6 +108,7 @@ def smoke() -> None:
         env = {**os.environ, "FELAB_RESULTS_DIR": tmp}
         for lesson in lessons:
             for script in lesson.scripts():
+                click.echo(f"  running {lesson.name}/{script.name} --quick ...", err=True)
                 t0 = time.perf_counter()
                 proc = subprocess.run(
                     [sys.executable, str(script), "--target", "mock", "--base-url", url, "--quick"],
