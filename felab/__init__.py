@@ -10,7 +10,7 @@ from felab.report import table
 from felab.results import read_records, record
 from felab.stats import percentile, ratio
 from felab.streaming import CallResult, Usage, stream_once, usage_once
-from felab.targets import TARGETS, Target, add_target_args, banner, client, resolve
+from felab.targets import TARGETS, Target, add_target_args, banner, client, lesson_parser, resolve
 
 __all__ = [
     "TARGETS",
@@ -21,6 +21,7 @@ __all__ = [
     "add_target_args",
     "banner",
     "client",
+    "lesson_parser",
     "percentile",
     "ratio",
     "read_records",

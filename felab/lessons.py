@@ -1,7 +1,7 @@
 """Finding the lessons: every folder `lessons/NN-slug/` is one, in number order.
 
 A lesson's *runnable scripts* are its `*.py` files that take the kit's target
-flags (they call `add_target_args`). `make smoke` runs each of them against
+flags (they call `lesson_parser` or `add_target_args`). `make smoke` runs each of them against
 the practice server with `--quick`, so a new lesson needs no registration.
 """
 
@@ -14,6 +14,7 @@ from pathlib import Path
 from felab.paths import KIT_ROOT
 
 LESSONS_DIR = KIT_ROOT / "lessons"
+TARGET_FLAGS = re.compile(r"\b(lesson_parser|add_target_args)\(")
 _FOLDER = re.compile(r"^(\d{2})-([a-z0-9]+(?:-[a-z0-9]+)*)$")
 
 
@@ -29,7 +30,7 @@ class Lesson:
 
     def scripts(self) -> list[Path]:
         """The lesson's Python scripts that talk to a target, by name."""
-        return sorted(p for p in self.path.glob("*.py") if "add_target_args" in p.read_text(encoding="utf-8"))
+        return sorted(p for p in self.path.glob("*.py") if TARGET_FLAGS.search(p.read_text(encoding="utf-8")))
 
 
 def discover(root: Path = LESSONS_DIR) -> list[Lesson]:

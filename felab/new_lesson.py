@@ -57,15 +57,13 @@ SCRIPT = '''\
 
 from __future__ import annotations
 
-import argparse
-
-from felab import add_target_args, banner, client, percentile, record, resolve, run, stream_once, table
+from felab import banner, client, lesson_parser, percentile, record, resolve, run, stream_once, table
 
 QUESTIONS = ["What is a token?", "What is prefill?", "What is decode?", "What is a KV cache?"]
 
 
 def main() -> None:
-    parser = add_target_args(argparse.ArgumentParser(description=__doc__))
+    parser = lesson_parser(__doc__)  # --target, --base-url, --model
     parser.add_argument("--quick", action="store_true", help="fewer calls (for make smoke)")
     args = parser.parse_args()
 

@@ -104,6 +104,12 @@ def add_target_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
+def lesson_parser(doc: str | None) -> argparse.ArgumentParser:
+    """A lesson script's parser: its docstring, as written, for --help, and the target flags."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    return add_target_args(parser)
+
+
 def _env(name: str) -> str | None:
     value = os.environ.get(name, "").strip()
     return value or None

@@ -26,14 +26,13 @@ turn after an idle spell is slow again.
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures as cf
 import contextlib
 import time
 
 from prefix_bench import PREAMBLE, QUESTIONS
 
-from felab import add_target_args, banner, client, percentile, ratio, record, resolve, run, stream_once, table
+from felab import banner, client, lesson_parser, percentile, ratio, record, resolve, run, stream_once, table
 from felab.metrics import scrape
 from felab.practice import practice_server
 
@@ -113,9 +112,7 @@ def server_count(url: str, calls: list[dict]) -> str:
 
 
 def main() -> None:
-    parser = add_target_args(
-        argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    )
+    parser = lesson_parser(__doc__)  # --target, --base-url, --model
     parser.add_argument(
         "--mode",
         choices=["affinity", "expiry"],

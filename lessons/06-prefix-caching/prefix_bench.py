@@ -23,10 +23,9 @@ Run it:
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 
-from felab import add_target_args, banner, client, percentile, ratio, record, resolve, run, stream_once, table
+from felab import banner, client, lesson_parser, percentile, ratio, record, resolve, run, stream_once, table
 from felab.cost import report_usage
 from felab.prices import add_price_args, price_for
 
@@ -86,9 +85,7 @@ def messages(question: str, order: str) -> list[dict]:
 
 
 def main() -> None:
-    parser = add_target_args(
-        argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    )
+    parser = lesson_parser(__doc__)  # --target, --base-url, --model
     parser.add_argument(
         "--order",
         choices=["stable-first", "variable-first"],
