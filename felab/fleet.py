@@ -86,10 +86,9 @@ class Fleet:
         if self.route == "prefix":
             keys = block_keys(tokens) if keys is None else keys
 
-            def first_token_at(r: Replica) -> float:  # as the lane would schedule it (timing.py)
+            def first_token_at(r: Replica) -> float:  # as its lane would schedule it, booking nothing
                 uncached = len(tokens) - r.cache.cached_blocks(keys) * BLOCK_TOKENS
-                start = max(now + self.timing.overhead_ms / 1000, r.lane.free_at)
-                return start + self.timing.prefill_s(uncached)
+                return r.lane.quote(now, self.timing, uncached)[1]
 
             return min(self.replicas, key=lambda r: (first_token_at(r), r.index))
         return self.replicas[self.rng.randrange(n)]  # random, and affinity without a session value

@@ -47,9 +47,12 @@ class PrefillLane:
     def __init__(self) -> None:
         self.free_at = 0.0
 
+    def quote(self, arrival: float, model: TimingModel, uncached_tokens: int) -> tuple[float, float]:
+        """(start of its prefill, time of its first token) if this prompt were booked now; books nothing."""
+        start = max(arrival + model.overhead_ms / 1000, self.free_at)
+        return start, start + model.prefill_s(uncached_tokens)
+
     def schedule(self, arrival: float, model: TimingModel, uncached_tokens: int) -> tuple[float, float]:
         """Book the lane for one prompt; return (start of its prefill, time of its first token)."""
-        ready = arrival + model.overhead_ms / 1000
-        start = max(ready, self.free_at)
-        self.free_at = start + model.prefill_s(uncached_tokens)
+        start, self.free_at = self.quote(arrival, model, uncached_tokens)
         return start, self.free_at
