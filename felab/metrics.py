@@ -58,9 +58,9 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 class ReplicaStats:
     """One replica's counters, and the requests it is serving now."""
 
-    queries: int = 0
-    hits: int = 0
     prompt_tokens: int = 0
+    """Every admitted prompt token is looked up in the cache: also vLLM's prefix-cache queries."""
+    hits: int = 0
     generation_tokens: int = 0
     ttft_bucket_counts: list[int] = field(default_factory=lambda: [0] * len(TTFT_BUCKETS_S))
     ttft_sum_s: float = 0.0
@@ -72,9 +72,8 @@ class ReplicaStats:
         self, rid: str, prompt: int, cached: int, reply: int, prefill_start: float, ttft_s: float
     ) -> None:
         """Count one request as the replica takes it (cached: prompt tokens found in the cache)."""
-        self.queries += prompt
-        self.hits += cached
         self.prompt_tokens += prompt
+        self.hits += cached
         self.generation_tokens += reply
         for i, upper in enumerate(TTFT_BUCKETS_S):
             self.ttft_bucket_counts[i] += ttft_s <= upper
@@ -109,7 +108,7 @@ def render(replicas: Sequence[HasStats], model: str, now: float, faults: dict[st
         family(name, kind, help_, [(f"{series}{labels(r)}", value(r.stats)) for r in replicas])
 
     queries, hits = "Prefix cache queries, in tokens.", "Prefix cache hits, in tokens."
-    per_replica("vllm:prefix_cache_queries", "counter", queries, lambda s: s.queries)
+    per_replica("vllm:prefix_cache_queries", "counter", queries, lambda s: s.prompt_tokens)
     per_replica("vllm:prefix_cache_hits", "counter", hits, lambda s: s.hits)
     per_replica("vllm:prompt_tokens", "counter", "Prompt tokens admitted.", lambda s: s.prompt_tokens)
     per_replica("vllm:generation_tokens", "counter", "Reply tokens admitted.", lambda s: s.generation_tokens)
