@@ -35,9 +35,9 @@ from typing import Any
 import fireworks
 
 from felab.errors import FelabError
-from felab.paths import ENV_FILE, load_env
+from felab.paths import ENV_FILE
 from felab.report import table
-from felab.targets import FIREWORKS_ROOT
+from felab.targets import FIREWORKS_ROOT, fireworks_root, required_key
 
 EXIT_CLEAR, EXIT_BILLING, EXIT_UNKNOWN = 0, 1, 2
 PAGE_SIZE = 200  # the API's maximum
@@ -215,13 +215,12 @@ def read_all(list_page: Callable[..., Any], key: str, what: str, **params: Any) 
 
 
 def api_key() -> str:
-    load_env()
-    key = os.environ.get("FIREWORKS_API_KEY", "").strip()
-    if not key:
-        raise CouldNotCheck(
-            f"FIREWORKS_API_KEY is not set. Put a line `FIREWORKS_API_KEY=...` in {ENV_FILE} or export "
-            f"it in this terminal, then run `make fw-check` again."
-        )
+    """FIREWORKS_API_KEY, found as for `--target fireworks` and checked for stray characters:
+    without a usable key, nothing can be checked."""
+    try:
+        key = required_key("FIREWORKS_API_KEY")
+    except FelabError as exc:
+        raise CouldNotCheck(exc.message) from None
     if not key.isascii() or not key.isprintable() or any(c.isspace() for c in key):
         raise CouldNotCheck(
             f"FIREWORKS_API_KEY contains spaces, quotes or other characters a key does not have. Copy it "
@@ -232,8 +231,7 @@ def api_key() -> str:
 
 def root_url() -> str:
     """The one root URL: control plane at /v1/accounts/..., inference at /inference/v1."""
-    load_env()
-    root = (os.environ.get("FIREWORKS_BASE_URL", "").strip() or FIREWORKS_ROOT).rstrip("/")
+    root = fireworks_root()
     if root.endswith(("/v1", "/inference")):
         raise CouldNotCheck(
             f"FIREWORKS_BASE_URL is {root}, but it must be the root the SDK adds paths to "

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 import openai
 
+from felab import paths
 from felab.errors import FelabError, explain
-from felab.paths import ENV_FILE, load_env
+from felab.paths import load_env
 
 ASK_SERVER = None
 """A default model of `None` means: ask the server's `/v1/models`."""
@@ -122,8 +123,27 @@ def default_url(name: str) -> str:
     if url:
         return url.rstrip("/")
     if name == "fireworks":
-        return f"{(_env('FIREWORKS_BASE_URL') or FIREWORKS_ROOT).rstrip('/')}/inference/v1"
+        return f"{fireworks_root()}/inference/v1"
     return TARGETS[name].url
+
+
+def fireworks_root() -> str:
+    """Fireworks' one root URL (`FIREWORKS_BASE_URL`, else the default): inference lives at
+    /inference/v1 below it, the control plane (make fw-check) at /v1/accounts/..."""
+    load_env()
+    return (_env("FIREWORKS_BASE_URL") or FIREWORKS_ROOT).rstrip("/")
+
+
+def required_key(env_name: str) -> str:
+    """An API key from the shell or `.env`; a FelabError saying where to put it if it is missing."""
+    load_env()
+    key = _env(env_name)
+    if not key:
+        raise FelabError(
+            f"{env_name} is not set. Put a line `{env_name}=...` in {paths.ENV_FILE} "
+            f"(copy .env.example to start one) or export it in this terminal, then run again."
+        )
+    return key
 
 
 def resolve(args: argparse.Namespace) -> Target:
@@ -133,15 +153,7 @@ def resolve(args: argparse.Namespace) -> Target:
     spec = TARGETS[name]
     base_url = (getattr(args, "base_url", None) or default_url(name)).rstrip("/")
 
-    api_key = NO_KEY
-    if spec.key_env:
-        api_key = _env(spec.key_env) or ""
-        if not api_key:
-            raise FelabError(
-                f"{spec.key_env} is not set. Put a line `{spec.key_env}=...` in {ENV_FILE} "
-                f"(copy .env.example to start one) or export it in this terminal, then run again."
-            )
-
+    api_key = required_key(spec.key_env) if spec.key_env else NO_KEY
     target = Target(name, base_url, "", api_key, spec.paid, spec.start_hint, spec.key_env)
     model = getattr(args, "model", None) or _env(f"FELAB_{name.upper()}_MODEL") or spec.model
     if not model:
