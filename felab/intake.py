@@ -12,7 +12,7 @@ from typing import Any
 from felab.openai_wire import ApiError
 
 
-class BodySizeLimit:
+class Intake:
     """ASGI middleware: note the arrival, read the whole body (over the limit: 413), then admit.
 
     Admission is one request at a time: each waits its turn (`self.turn`) after its body is

@@ -43,7 +43,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from felab import metrics
 from felab.faults import ERRORS, FAULT_TYPES, RETRY_AFTER_S, Faults, HideStreamCuts, StreamCut
 from felab.fleet import ROUTES, Fleet
-from felab.intake import BodySizeLimit
+from felab.intake import Intake
 from felab.openai_wire import ApiError, ChatRequest, chat_template, validation_message
 from felab.prefix_cache import block_keys, tokenize
 from felab.timing import TimingModel
@@ -275,7 +275,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
 
-    wrapped = BodySizeLimit(app, settings.max_body_bytes)
+    wrapped = Intake(app, settings.max_body_bytes)
     return wrapped  # type: ignore[return-value]
 
 
