@@ -8,7 +8,7 @@ ENGINES_STAMP := $(VENV)/.installed-engines
 
 .DEFAULT_GOAL := help
 .PHONY: help setup demo mock check smoke bench test lint numbers new-lesson fw-check bundle bundle-serve \
-	engines llama-server practice-model test-engines
+	engines llama-server tiny-model test-engines
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -35,7 +35,7 @@ smoke: $(STAMP) ## every lesson script against a fresh practice server, in quick
 	@$(PY) -m felab smoke
 
 bench: $(STAMP) ## how faithful the practice server is: TTFT measured vs predicted, CPU per token (~30 s)
-	@$(PY) -m felab.bench
+	@$(PY) -m felab.mock_server.fidelity
 
 fw-check: $(STAMP) ## anything on Fireworks still billing, and the command that stops it (fails closed)
 	@$(PY) -m felab fw-check
@@ -57,15 +57,15 @@ $(ENGINES_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,engines]'
 	@touch $@
 
-engines: $(ENGINES_STAMP) ## install MLX (its CPU build on Linux) and the practice model's packages into .venv
+engines: $(ENGINES_STAMP) ## install MLX (its CPU build on Linux) and the tiny model's packages into .venv
 
 llama-server: ## build llama.cpp's llama-server from source into .tools/bin (no Homebrew needed; 6-20 min on 2 cores)
 	@bash scripts/build_llama_server.sh
 
-practice-model: $(ENGINES_STAMP) ## write the offline practice model (random weights, gibberish) to .tools/practice-model
-	@$(PY) -m felab.practice_model
+tiny-model: $(ENGINES_STAMP) ## write the offline tiny model (random weights, gibberish) to .tools/tiny-model
+	@$(PY) -m felab.engines.tiny_model
 
-test-engines: $(ENGINES_STAMP) ## real llama.cpp and MLX with the practice model (each skips, saying why, if missing)
+test-engines: $(ENGINES_STAMP) ## real llama.cpp and MLX with the tiny model (each skips, saying why, if missing)
 	$(PY) -m pytest -m engines tests/engines
 
 lint: $(STAMP) ## ruff over the kit

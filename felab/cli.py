@@ -19,12 +19,12 @@ import time
 import click
 import openai
 
+from felab.course.lessons import LESSONS_DIR, discover
 from felab.errors import EXIT_ERROR, FelabError
-from felab.lessons import LESSONS_DIR, discover
+from felab.mock_server.launch import practice_server
 from felab.paths import KIT_ROOT, load_env
-from felab.practice import practice_server
-from felab.report import table
 from felab.results import read_records, results_path
+from felab.tables import table
 from felab.targets import TARGETS, default_url
 
 PREFIX_BENCH = LESSONS_DIR / "06-prefix-caching" / "prefix_bench.py"
@@ -165,7 +165,7 @@ def fw_check() -> None:
       make fw-check
       FIREWORKS_ACCOUNT_ID=my-account python -m felab fw-check
     """
-    from felab.fw_check import check  # imports the fireworks SDK: only when this command runs
+    from felab.fireworks.billing import check  # imports the fireworks SDK: only when this command runs
 
     text, status = check()
     click.echo(text)
@@ -184,7 +184,7 @@ def bundle_build() -> None:
     Warnings are errors: a broken link or a missing include stops the build.
     Run it again after a run to fill in the new numbers.
     """
-    from felab import bundle as b  # MkDocs loads only for this command
+    from felab.course import bundle as b  # MkDocs loads only for this command
 
     site = b.build()
     click.echo(f"built the course pages: {site / 'index.html'}")
@@ -195,7 +195,7 @@ def bundle_build() -> None:
 @click.option("--port", default=8770, show_default=True, help="port on 127.0.0.1 (numbers are per address)")
 def bundle_serve(port: int) -> None:
     """Serve build/bundle/ on 127.0.0.1 until Ctrl+C."""
-    from felab import bundle as b
+    from felab.course import bundle as b
 
     with b.served(KIT_ROOT / b.SITE, port) as url:
         click.echo(f"the course pages: {url}  (Ctrl+C stops)")
@@ -215,7 +215,7 @@ def numbers(fmt: str | None) -> None:
     Reads everything under results/ (or $FELAB_RESULTS_DIR). In the default
     view it also draws each call's TTFT to results/<key>-ttft.png.
     """
-    from felab import numbers as nb  # matplotlib loads only for this command
+    from felab.course import numbers as nb  # matplotlib loads only for this command
 
     found = nb.collect()
     if fmt == "csv":
@@ -244,7 +244,7 @@ def new_lesson(number: str, name: str) -> None:
     Example:
       make new-lesson N=07 NAME=batching
     """
-    from felab.new_lesson import create_lesson
+    from felab.course.new_lesson import create_lesson
 
     folder = create_lesson(number, name)
     files = ", ".join(sorted(p.name for p in folder.iterdir()))
@@ -253,6 +253,6 @@ def new_lesson(number: str, name: str) -> None:
 
 
 # Commands that live beside what they make.
-from felab.practice_model import practice_model_command  # noqa: E402  (light: numpy and friends load on use)
+from felab.engines.tiny_model import tiny_model_command  # noqa: E402  (light: numpy and friends load on use)
 
-cli.add_command(practice_model_command)
+cli.add_command(tiny_model_command)

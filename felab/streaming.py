@@ -21,9 +21,11 @@ from typing import Any
 
 import openai
 
-from felab.errors import FelabError, explain
+from felab.connect import TargetClient
+from felab.errors import FelabError
+from felab.explain import explain
 from felab.paths import from_here
-from felab.targets import Target, TargetClient
+from felab.targets import Target
 
 
 @dataclass

@@ -20,10 +20,8 @@ import argparse
 import os
 from dataclasses import dataclass
 
-import openai
-
 from felab import paths
-from felab.errors import FelabError, explain
+from felab.errors import FelabError
 from felab.paths import load_env
 
 ASK_SERVER = None
@@ -111,7 +109,7 @@ def lesson_parser(doc: str | None) -> argparse.ArgumentParser:
     return add_target_args(parser)
 
 
-def _env(name: str) -> str | None:
+def env_value(name: str) -> str | None:
     value = os.environ.get(name, "").strip()
     return value or None
 
@@ -119,7 +117,7 @@ def _env(name: str) -> str | None:
 def default_url(name: str) -> str:
     """The URL a target uses when no flag says otherwise."""
     load_env()
-    url = _env(f"FELAB_{name.upper()}_URL")
+    url = env_value(f"FELAB_{name.upper()}_URL")
     if url:
         return url.rstrip("/")
     if name == "fireworks":
@@ -131,72 +129,16 @@ def fireworks_root() -> str:
     """Fireworks' one root URL (`FIREWORKS_BASE_URL`, else the default): inference lives at
     /inference/v1 below it, the control plane (make fw-check) at /v1/accounts/..."""
     load_env()
-    return (_env("FIREWORKS_BASE_URL") or FIREWORKS_ROOT).rstrip("/")
+    return (env_value("FIREWORKS_BASE_URL") or FIREWORKS_ROOT).rstrip("/")
 
 
 def required_key(env_name: str) -> str:
     """An API key from the shell or `.env`; a FelabError saying where to put it if it is missing."""
     load_env()
-    key = _env(env_name)
+    key = env_value(env_name)
     if not key:
         raise FelabError(
             f"{env_name} is not set. Put a line `{env_name}=...` in {paths.ENV_FILE} "
             f"(copy .env.example to start one) or export it in this terminal, then run again."
         )
     return key
-
-
-def resolve(args: argparse.Namespace) -> Target:
-    """Turn parsed flags into a Target, reading `.env` and asking the server where needed."""
-    load_env()
-    name: str = args.target
-    spec = TARGETS[name]
-    base_url = (getattr(args, "base_url", None) or default_url(name)).rstrip("/")
-
-    api_key = required_key(spec.key_env) if spec.key_env else NO_KEY
-    target = Target(name, base_url, "", api_key, spec.paid, spec.start_hint, spec.key_env)
-    model = getattr(args, "model", None) or _env(f"FELAB_{name.upper()}_MODEL") or spec.model
-    if not model:
-        model = served_model(target)
-    return Target(name, base_url, model, api_key, spec.paid, spec.start_hint, spec.key_env)
-
-
-def served_model(target: Target) -> str:
-    """Ask a local server which model it serves (`GET /v1/models`)."""
-    try:
-        ids = [m.id for m in client(target, timeout=5.0).models.list()]
-    except openai.OpenAIError as exc:
-        raise explain(exc, target) from exc
-    if len(ids) == 1:
-        return ids[0]
-    if not ids:
-        raise FelabError(f"The {target.name} server at {target.base_url} serves no model yet.")
-    shown = ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else "")
-    raise FelabError(
-        f"The {target.name} server serves {len(ids)} models ({shown}). Pick one with --model, or set "
-        f"FELAB_{target.name.upper()}_MODEL in .env."
-    )
-
-
-class TargetClient(openai.OpenAI):
-    """An `openai.OpenAI` client that remembers its Target, so errors can name it."""
-
-    def __init__(self, target: Target, **kwargs: object) -> None:
-        super().__init__(base_url=target.base_url, api_key=target.api_key, **kwargs)  # type: ignore[arg-type]
-        self.target = target
-
-
-def client(target: Target, timeout: float = 300.0) -> TargetClient:
-    """The official OpenAI client for a target.
-
-    Retries are off (`max_retries=0`): a retried request would hide its wait
-    inside the time we measure. A failed call fails loudly instead.
-    """
-    return TargetClient(target, max_retries=0, timeout=timeout)
-
-
-def banner(target: Target) -> None:
-    """Print which server and model this run measures (never the key)."""
-    print(f"target: {target.name} · {target.base_url} · model: {target.model}")
-    if target.is_paid:
-        print("note: this target is paid; this run bills your account (a few cents).")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from felab import bundle
+from felab.course import bundle
 
 LESSON06_SECTIONS = (
     "what-and-why",

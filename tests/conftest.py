@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from felab import paths
-from felab.practice import practice_server
+from felab.mock_server.launch import practice_server
 
 KIT = paths.KIT_ROOT
 LESSON06 = KIT / "lessons" / "06-prefix-caching"

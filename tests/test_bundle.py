@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from bundle_fixtures import LESSON06_SECTIONS, build_with_fixture, write_results
 
-from felab import bundle, numbers
+from felab.course import bundle, numbers
 from felab.errors import FelabError
 from felab.paths import KIT_ROOT
 

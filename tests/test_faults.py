@@ -10,11 +10,12 @@ import httpx
 import pytest
 from conftest import PREFIX_BENCH, run_script
 
+from felab.connect import client
 from felab.errors import FelabError
-from felab.faults import Faults
-from felab.practice import free_port, practice_server, wait_until_serving
+from felab.mock_server.faults import Faults
+from felab.mock_server.launch import free_port, practice_server, wait_until_serving
 from felab.streaming import stream_once
-from felab.targets import NO_KEY, Target, client
+from felab.targets import NO_KEY, Target
 
 MODEL = "felab-practice"
 HELLO = [{"role": "user", "content": "hello"}]

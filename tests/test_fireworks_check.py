@@ -20,7 +20,7 @@ from conftest import KIT, run_felab
 from fake_fireworks import KEY, FakeFireworks, deployment, fireworks_env, job
 
 from felab.cli import cli
-from felab.fw_check import CouldNotCheck, parse_deployment
+from felab.fireworks.billing import CouldNotCheck, parse_deployment
 
 DEPLOYMENTS = "/v1/accounts/learner/deployments"
 COULD_NOT = "could not check what is billing on Fireworks"

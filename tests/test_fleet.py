@@ -9,18 +9,22 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from felab.fleet import Fleet, rendezvous
-from felab.mock_server import main as server_main
-from felab.practice import practice_server
-from felab.prefix_cache import BLOCK_TOKENS, PrefixCache, tokenize
-from felab.timing import TimingModel
+from felab.mock_server.cache import BLOCK_TOKENS, PrefixCache, block_keys, tokenize
+from felab.mock_server.config import DEFAULTS
+from felab.mock_server.fleet import Fleet, rendezvous
+from felab.mock_server.launch import practice_server
+from felab.mock_server.serve import main as server_main
 
 MODEL = "felab-practice"
 OPENING = tokenize("".join(f"rule {i}: be kind. " for i in range(200)))  # ~850 tokens
 
 
 def fleet(route: str, n: int = 4, seed: int = 0) -> Fleet:
-    return Fleet(n, route, cache_blocks=4096, cache_ttl_s=None, timing=TimingModel(), seed=seed)
+    return Fleet(n, route, (4096, BLOCK_TOKENS, None), DEFAULTS.timing, seed)
+
+
+def pick(f: Fleet, tokens: list[str], session: str | None, now: float):
+    return f.pick(len(tokens), block_keys(tokens), session, now)
 
 
 # ── Routing rules ─────────────────────────────────────────────────────────────
@@ -39,71 +43,60 @@ def test_rendezvous_moves_few_sessions_when_a_replica_is_added() -> None:
 
 def test_round_robin_takes_each_replica_in_turn() -> None:
     f = fleet("round-robin")
-    assert [f.pick(OPENING, None, 0.0).index for _ in range(6)] == [0, 1, 2, 3, 0, 1]
+    assert [pick(f, OPENING, None, 0.0).index for _ in range(6)] == [0, 1, 2, 3, 0, 1]
 
 
 def test_affinity_pins_a_session_and_falls_back_to_seeded_random() -> None:
     f = fleet("affinity", n=8)
-    assert len({f.pick(OPENING, "alice", 0.0).index for _ in range(20)}) == 1
-    no_session = [f.pick(OPENING, None, 0.0).index for _ in range(40)]
+    assert len({pick(f, OPENING, "alice", 0.0).index for _ in range(20)}) == 1
+    no_session = [pick(f, OPENING, None, 0.0).index for _ in range(40)]
     assert len(set(no_session)) > 3
     again = fleet("affinity", n=8)
-    assert [again.pick(OPENING, None, 0.0).index for _ in range(40)] == no_session  # same seed, same draws
+    assert [pick(again, OPENING, None, 0.0).index for _ in range(40)] == no_session  # same seed, same draws
 
 
 def test_prefix_route_follows_the_cache_and_spreads_cold_prompts() -> None:
     f = fleet("prefix")
-    f.replicas[2].cache.insert(OPENING)
-    assert f.pick(OPENING + tokenize("question"), None, 0.0).index == 2
+    f.replicas[2].cache.insert(block_keys(OPENING), used_at=0.0)
+    assert pick(f, OPENING + tokenize("question"), None, 0.0).index == 2
     f.replicas[2].lane.free_at = 100.0  # replica 2 is busy for 100 s: cold elsewhere is sooner
-    assert f.pick(OPENING, None, 0.0).index != 2
+    assert pick(f, OPENING, None, 0.0).index != 2
     cold = tokenize("something nobody has seen " * 40)
     f.replicas[0].lane.free_at = 1.0
-    assert f.pick(cold, None, 0.0).index == 1  # none holds it: the least loaded (then the lowest index)
+    assert pick(f, cold, None, 0.0).index == 1  # none holds it: the least loaded (then the lowest index)
 
 
 def test_a_single_replica_ignores_the_route() -> None:
-    assert {fleet(route, n=1).pick(OPENING, "x", 0.0).index for route in ("random", "prefix")} == {0}
+    assert {pick(fleet(route, n=1), OPENING, "x", 0.0).index for route in ("random", "prefix")} == {0}
 
 
 # ── Cache expiry and eviction order ──────────────────────────────────────────
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_blocks_unused_for_the_ttl_expire_and_use_renews_them() -> None:
-    clock = Clock()
-    cache = PrefixCache(ttl_s=10, clock=clock)
-    cache.insert(OPENING)
-    clock.now = 8
-    assert cache.uncached_tokens(OPENING) < BLOCK_TOKENS  # a hit at t=8 renews every block
-    clock.now = 17
-    assert cache.uncached_tokens(OPENING) < BLOCK_TOKENS
-    clock.now = 27.5  # idle for 10.5 s
-    assert cache.uncached_tokens(OPENING) == len(OPENING)
+    cache, keys = PrefixCache(4096, ttl_s=10), block_keys(OPENING)
+    cache.insert(keys, used_at=0.0)
+    assert cache.uncached_tokens(len(OPENING), keys, now=8) < BLOCK_TOKENS  # a hit at t=8 renews every block
+    assert cache.uncached_tokens(len(OPENING), keys, now=17) < BLOCK_TOKENS
+    assert cache.uncached_tokens(len(OPENING), keys, now=27.5) == len(OPENING)  # idle for 10.5 s
     assert len(cache) == 0
 
 
 def test_without_a_ttl_nothing_expires() -> None:
-    clock = Clock()
-    cache = PrefixCache(clock=clock)
-    cache.insert(OPENING)
-    clock.now = 1e9
-    assert cache.uncached_tokens(OPENING) < BLOCK_TOKENS
+    cache, keys = PrefixCache(4096), block_keys(OPENING)
+    cache.insert(keys, used_at=0.0)
+    assert cache.uncached_tokens(len(OPENING), keys, now=1e9) < BLOCK_TOKENS
 
 
 def test_under_pressure_a_prompts_tail_is_evicted_before_its_start() -> None:
     blocks = len(OPENING) // BLOCK_TOKENS
     cache = PrefixCache(capacity_blocks=blocks)
-    cache.insert(OPENING)
-    cache.insert(tokenize("z" * BLOCK_TOKENS * 4))  # one block more than fits
-    assert cache.uncached_tokens(OPENING) == len(OPENING) - (blocks - 1) * BLOCK_TOKENS
+    cache.insert(block_keys(OPENING), used_at=0.0)
+    cache.insert(block_keys(tokenize("z" * BLOCK_TOKENS * 4)), used_at=0.0)  # one block more than fits
+    assert (
+        cache.uncached_tokens(len(OPENING), block_keys(OPENING), 0.0)
+        == len(OPENING) - (blocks - 1) * BLOCK_TOKENS
+    )
 
 
 # ── The server ───────────────────────────────────────────────────────────────

@@ -106,8 +106,9 @@ def test_the_script_imports_without_running() -> None:
 def test_a_reasoning_models_first_thought_is_its_first_token() -> None:
     # gpt-oss (the Fireworks default) streams `reasoning_content` before `content`: the wait
     # for the first token ends at the first thought, not 0.5 s later at the answer.
+    from felab.connect import client
     from felab.streaming import stream_once
-    from felab.targets import Target, client
+    from felab.targets import Target
 
     with fake_llamacpp("reasoning") as url:
         cli = client(Target("llamacpp", url, "m", "k", False, "serve"))

@@ -8,8 +8,10 @@ from collections import defaultdict
 
 import httpx
 
-from felab.metrics import TTFT_BUCKETS_S, ReplicaStats, render
-from felab.practice import practice_server
+from felab.mock_server.fleet import TTFT_BUCKETS_S, ReplicaStats
+from felab.mock_server.launch import practice_server
+from felab.mock_server.metrics import render
+from felab.mock_server.timing import Prefill
 
 MODEL = "felab-practice"
 SERIES = re.compile(r"^([a-z_:]+)(?:\{(.*)\})? (\S+)$")
@@ -94,8 +96,8 @@ class One:
 
 def test_histogram_buckets_are_cumulative_and_gauges_follow_the_lane() -> None:
     r = One()
-    r.stats.admit("a", prompt=100, cached=64, reply=5, prefill_start=10.0, ttft_s=0.03)
-    r.stats.admit("b", prompt=100, cached=0, reply=5, prefill_start=12.0, ttft_s=3.0)
+    r.stats.admit("a", prompt=100, cached=64, reply=5, turn=Prefill(10.0, 0.02, 10.0), ttft_s=0.03)
+    r.stats.admit("b", prompt=100, cached=0, reply=5, turn=Prefill(10.0, 1.0, 12.0), ttft_s=3.0)
     samples = parse(render([r], MODEL, now=11.0, faults={}))
     buckets = [
         samples[
@@ -110,8 +112,7 @@ def test_histogram_buckets_are_cumulative_and_gauges_follow_the_lane() -> None:
     assert per_replica(samples, "vllm:time_to_first_token_seconds_sum") == {"0": 3.03}
     assert per_replica(samples, "vllm:num_requests_running") == {"0": 1}  # a is prefilling at t=11
     assert per_replica(samples, "vllm:num_requests_waiting") == {"0": 1}  # b waits for the lane
-    r.stats.done("a")
-    r.stats.done("b")
+    r.stats.in_flight.clear()  # both replies over
     samples = parse(render([r], MODEL, now=11.0, faults={}))
     assert per_replica(samples, "vllm:num_requests_running") == {"0": 0}
     assert per_replica(samples, "vllm:prefix_cache_hits_total") == {"0": 64}

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from felab.practice import practice_server
+from felab.mock_server.launch import practice_server
 from felab.streaming import stream_once, usage_once
 
 MODEL = "felab-practice"

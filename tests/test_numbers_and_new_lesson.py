@@ -22,14 +22,52 @@ def calls(*ttft: float) -> list[dict]:
 
 
 def fill_results() -> None:
-    record("06-prefix", {"target": "llamacpp", "model": "m", "order": "stable-first", "first_ms": 900.0,
-                         "rest_p50_ms": 80.0, "speedup_x": 11.25, "calls": calls(900, 80, 81)})
-    record("06-prefix", {"target": "llamacpp", "model": "m", "order": "stable-first", "first_ms": 740.0,
-                         "rest_p50_ms": 36.0, "speedup_x": 20.56, "calls": calls(740, 36, 37)})
-    record("06-prefix", {"target": "llamacpp", "model": "m", "order": "variable-first", "first_ms": 744.0,
-                         "rest_p50_ms": 712.0, "speedup_x": 1.04, "calls": calls(744, 712, 713)})
-    record("06-prefix-usage", {"target": "fireworks", "model": "gpt-oss", "order": "stable-first",
-                               "prompt_tokens": 3039, "cached_tokens": 3024})
+    record(
+        "06-prefix",
+        {
+            "target": "llamacpp",
+            "model": "m",
+            "order": "stable-first",
+            "first_ms": 900.0,
+            "rest_p50_ms": 80.0,
+            "speedup_x": 11.25,
+            "calls": calls(900, 80, 81),
+        },
+    )
+    record(
+        "06-prefix",
+        {
+            "target": "llamacpp",
+            "model": "m",
+            "order": "stable-first",
+            "first_ms": 740.0,
+            "rest_p50_ms": 36.0,
+            "speedup_x": 20.56,
+            "calls": calls(740, 36, 37),
+        },
+    )
+    record(
+        "06-prefix",
+        {
+            "target": "llamacpp",
+            "model": "m",
+            "order": "variable-first",
+            "first_ms": 744.0,
+            "rest_p50_ms": 712.0,
+            "speedup_x": 1.04,
+            "calls": calls(744, 712, 713),
+        },
+    )
+    record(
+        "06-prefix-usage",
+        {
+            "target": "fireworks",
+            "model": "gpt-oss",
+            "order": "stable-first",
+            "prompt_tokens": 3039,
+            "cached_tokens": 3024,
+        },
+    )
 
 
 def test_numbers_prints_the_latest_row_per_target_and_order(isolated: Path) -> None:
@@ -45,7 +83,10 @@ def test_numbers_as_csv_and_json(isolated: Path) -> None:
     fill_results()
     rows = list(csv.DictReader(io.StringIO(run_felab("numbers", "--csv").stdout)))
     assert [(r["key"], r["order"]) for r in rows] == [
-        ("06-prefix", "stable-first"), ("06-prefix", "variable-first"), ("06-prefix-usage", "stable-first")]
+        ("06-prefix", "stable-first"),
+        ("06-prefix", "variable-first"),
+        ("06-prefix-usage", "stable-first"),
+    ]
     assert rows[0]["rest_p50_ms"] == "36.0" and "calls" not in rows[0]
     data = json.loads(run_felab("numbers", "--json").stdout)
     assert data["06-prefix-usage"][0]["cached_tokens"] == 3024
@@ -67,8 +108,9 @@ def kit_copy(tmp_path: Path) -> Path:
 
 def felab_in(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(root)}  # the copy's felab, whose KIT_ROOT is the copy
-    return subprocess.run([sys.executable, "-m", "felab", *args], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "felab", *args], cwd=root, env=env, capture_output=True, text=True, timeout=180
+    )
 
 
 def test_a_new_lesson_runs_in_smoke_with_no_other_change(tmp_path: Path) -> None:
@@ -77,8 +119,14 @@ def test_a_new_lesson_runs_in_smoke_with_no_other_change(tmp_path: Path) -> None
     assert made.returncode == 0, made.stderr
     folder = root / "lessons" / "07-batching-basics"
     readme = (folder / "README.md").read_text()
-    for section in ("## What and why", "## Read the code first", "## Run", "## What each command does",
-                    "## What you should see", "## Stuck?"):
+    for section in (
+        "## What and why",
+        "## Read the code first",
+        "## Run",
+        "## What each command does",
+        "## What you should see",
+        "## Stuck?",
+    ):
         assert section in readme
     assert (folder / "batching_basics.py").exists()
     smoke = felab_in(root, "smoke")
@@ -88,8 +136,11 @@ def test_a_new_lesson_runs_in_smoke_with_no_other_change(tmp_path: Path) -> None
 
 def test_new_lesson_refuses_bad_or_taken_names(tmp_path: Path) -> None:
     root = kit_copy(tmp_path)
-    for args, said in ((("7", "x"), "two digits"), (("07", "Bad_Name"), "lower-case"),
-                       (("06", "again"), "already exists")):
+    for args, said in (
+        (("7", "x"), "two digits"),
+        (("07", "Bad_Name"), "lower-case"),
+        (("06", "again"), "already exists"),
+    ):
         out = felab_in(root, "new-lesson", *args)
         assert out.returncode == 2 and said in out.stderr and "Traceback" not in out.stderr
 

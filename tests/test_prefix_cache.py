@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
-from felab.prefix_cache import BLOCK_TOKENS, PrefixCache, block_keys, tokenize
+from felab.mock_server.cache import BLOCK_TOKENS, PrefixCache, block_keys, tokenize
 
 OPENING = "".join(f"rule {i}: be kind. " for i in range(700))  # ~12,000 characters
+
+
+class Cache(PrefixCache):
+    """The cache as the server uses it, told the time; prompts given as tokens (hashed here)."""
+
+    def __init__(self, capacity_blocks: int = 4096) -> None:
+        super().__init__(capacity_blocks)
+
+    def uncached(self, tokens: list[str], now: float = 0.0) -> int:
+        return self.uncached_tokens(len(tokens), block_keys(tokens), now)
+
+    def add(self, tokens: list[str], at: float = 0.0) -> None:
+        self.insert(block_keys(tokens), used_at=at)
 
 
 def test_tokenize_is_four_character_pieces() -> None:
@@ -18,65 +31,54 @@ def test_only_full_blocks_get_keys() -> None:
 
 
 def test_a_cold_prompt_is_all_uncached() -> None:
-    cache = PrefixCache()
+    cache = Cache()
     tokens = tokenize(OPENING)
-    assert cache.uncached_tokens(tokens) == len(tokens)
+    assert cache.uncached(tokens) == len(tokens)
 
 
 def test_a_shared_3000_token_prefix_caches_every_full_block() -> None:
-    cache = PrefixCache()
+    cache = Cache()
     opening = tokenize(OPENING[: 3000 * 4])
-    cache.insert(opening + tokenize("first question?"))
+    cache.add(opening + tokenize("first question?"))
     second = opening + tokenize("a different, longer second question?")
     full_blocks = 3000 // BLOCK_TOKENS  # 46 blocks = 2,944 tokens
-    assert cache.uncached_tokens(second) == len(second) - full_blocks * BLOCK_TOKENS
+    assert cache.uncached(second) == len(second) - full_blocks * BLOCK_TOKENS
 
 
 def test_a_changed_first_token_caches_nothing() -> None:
-    cache = PrefixCache()
+    cache = Cache()
     tokens = tokenize(OPENING)
-    cache.insert(tokens)
+    cache.add(tokens)
     changed = ["X!!!"] + tokens[1:]
-    assert cache.uncached_tokens(changed) == len(changed)
+    assert cache.uncached(changed) == len(changed)
 
 
 def test_a_change_in_the_middle_keeps_only_the_blocks_before_it() -> None:
-    cache = PrefixCache()
+    cache = Cache()
     tokens = tokenize(OPENING)
-    cache.insert(tokens)
+    cache.add(tokens)
     changed = list(tokens)
     changed[10 * BLOCK_TOKENS + 3] = "????"
-    assert cache.uncached_tokens(changed) == len(changed) - 10 * BLOCK_TOKENS
+    assert cache.uncached(changed) == len(changed) - 10 * BLOCK_TOKENS
 
 
 def test_least_recently_used_blocks_are_evicted_first() -> None:
-    cache = PrefixCache(capacity_blocks=2)
+    cache = Cache(capacity_blocks=2)
     a, b, c = (tokenize(ch * BLOCK_TOKENS * 4) for ch in "abc")  # one block each
-    cache.insert(a)
-    cache.insert(b)
-    assert cache.uncached_tokens(a) == 0  # touching a makes b the oldest
-    cache.insert(c)  # over capacity: b goes
+    cache.add(a)
+    cache.add(b)
+    assert cache.uncached(a) == 0  # touching a makes b the oldest
+    cache.add(c)  # over capacity: b goes
     assert len(cache) == 2
-    assert cache.uncached_tokens(b) == BLOCK_TOKENS
-    assert cache.uncached_tokens(a) == 0
-    assert cache.uncached_tokens(c) == 0
+    assert cache.uncached(b) == BLOCK_TOKENS
+    assert cache.uncached(a) == 0
+    assert cache.uncached(c) == 0
 
 
 def test_clear_forgets_everything() -> None:
-    cache = PrefixCache()
+    cache = Cache()
     tokens = tokenize(OPENING)
-    cache.insert(tokens)
+    cache.add(tokens)
     cache.clear()
     assert len(cache) == 0
-    assert cache.uncached_tokens(tokens) == len(tokens)
-
-
-def test_keys_hashed_once_give_the_same_answer() -> None:
-    # The server hashes a prompt once, on arrival, and passes the keys in.
-    cache, other = PrefixCache(), PrefixCache()
-    tokens = tokenize(OPENING)
-    keys = block_keys(tokens)
-    cache.insert(tokens[: 20 * BLOCK_TOKENS])
-    other.insert(tokens[: 20 * BLOCK_TOKENS], keys=block_keys(tokens[: 20 * BLOCK_TOKENS]))
-    expected = len(tokens) - 20 * BLOCK_TOKENS
-    assert cache.uncached_tokens(tokens, keys) == other.uncached_tokens(tokens) == expected
+    assert cache.uncached(tokens) == len(tokens)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from felab import FelabError, add_target_args, paths, read_records, record, resolve
-from felab.targets import client
+from felab.connect import client
 
 # ── record() ─────────────────────────────────────────────────────────────────
 

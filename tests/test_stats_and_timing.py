@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from felab.mock_server.config import DEFAULTS
+from felab.mock_server.timing import PrefillLane
 from felab.stats import percentile, ratio
-from felab.timing import PrefillLane, TimingModel
 
 
 @pytest.mark.parametrize(
@@ -41,7 +42,7 @@ def test_ratio_guards_missing_and_zero() -> None:
 
 
 def test_lesson_defaults_give_the_lesson_numbers() -> None:
-    model = TimingModel()
+    model = DEFAULTS.timing
     cold = model.overhead_ms / 1000 + model.prefill_s(3028)
     warm = model.overhead_ms / 1000 + model.prefill_s(40)
     assert cold == pytest.approx(1.226, abs=0.001)  # "call 1 about 1.2 s"
@@ -49,12 +50,11 @@ def test_lesson_defaults_give_the_lesson_numbers() -> None:
 
 
 def test_the_prefill_lane_serves_prompts_one_after_another() -> None:
-    model = TimingModel(overhead_ms=10, prefill_tokens_per_s=1000)
-    lane = PrefillLane()
-    _, first_a = lane.schedule(0.0, model, 500)  # 0.01 + 0.5
-    start_b, first_b = lane.schedule(0.0, model, 500)  # waits for a
-    _, first_c = lane.schedule(5.0, model, 100)  # arrives to an idle lane
-    assert first_a == pytest.approx(0.51)
-    assert start_b == pytest.approx(0.51)
-    assert first_b == pytest.approx(1.01)
-    assert first_c == pytest.approx(5.11)
+    lane = PrefillLane()  # each prompt ready 10 ms after it arrives; 1,000 tokens/s
+    a = lane.book(0.01, 0.5, now=0.0)  # 0.01 + 0.5
+    b = lane.book(0.01, 0.5, now=0.0)  # waits for a
+    c = lane.book(5.01, 0.1, now=5.0)  # arrives to an idle lane
+    assert a.end == pytest.approx(0.51)
+    assert b.start == pytest.approx(0.51)
+    assert b.end == pytest.approx(1.01)
+    assert c.end == pytest.approx(5.11)

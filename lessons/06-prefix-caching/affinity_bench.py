@@ -33,8 +33,8 @@ import time
 from prefix_bench import PREAMBLE, QUESTIONS
 
 from felab import banner, client, lesson_parser, percentile, ratio, record, resolve, run, stream_once, table
-from felab.metrics import scrape
-from felab.practice import practice_server
+from felab.mock_server.launch import practice_server
+from felab.mock_server.metrics import scrape
 
 # ── The workload: agent sessions whose history grows ─────────────────────────
 

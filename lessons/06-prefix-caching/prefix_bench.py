@@ -26,8 +26,8 @@ from __future__ import annotations
 import datetime as dt
 
 from felab import banner, client, lesson_parser, percentile, ratio, record, resolve, run, stream_once, table
-from felab.cost import report_usage
 from felab.prices import add_price_args, price_for
+from felab.usage import report_usage
 
 # ── The workload: one fixed opening, twelve questions ─────────────────────────
 

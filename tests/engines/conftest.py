@@ -1,6 +1,6 @@
-"""Fixtures for the real-engine tests: the practice model, the engines, their servers.
+"""Fixtures for the real-engine tests: the tiny model, the engines, their servers.
 
-Tests marked `engines` run real llama.cpp and MLX against the practice model
+Tests marked `engines` run real llama.cpp and MLX against the tiny model
 (`make test-engines`); each skips with a one-line reason when its engine is not
 installed. The unmarked tests here check the lesson scripts without any engine
 (their --help, --dry-run and "not installed" messages) and run in `make test`.
@@ -86,16 +86,16 @@ def mlx_ready() -> None:
 
 
 @pytest.fixture(scope="session")
-def practice_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The practice model, made once per session: DIR/hf and DIR/practice-model.gguf."""
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model, made once per session: DIR/hf and DIR/tiny-model.gguf."""
     for module in ("gguf", "tokenizers", "safetensors", "numpy"):
         pytest.importorskip(
             module, reason=f"{module} not installed (make engines installs the engines extra)"
         )
-    from felab.practice_model import make_practice_model
+    from felab.engines.tiny_model import make_tiny_model
 
-    out = tmp_path_factory.mktemp("practice-model")
-    make_practice_model(out)
+    out = tmp_path_factory.mktemp("tiny-model")
+    make_tiny_model(out)
     return out
 
 

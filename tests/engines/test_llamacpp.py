@@ -1,6 +1,6 @@
 """Lesson 02's serve_llamacpp.sh and lesson 06's prefix_bench.py on real llama.cpp.
 
-The practice model stands in for the lesson's 8B model: same scripts, same flags,
+The tiny model stands in for the lesson's 8B model: same scripts, same flags,
 a prompt of ~3,000 real tokens. Timing assertions use wide margins on purpose
 (stable-first speed-up above 2, variable-first between 0.5 and 2); the cached-token
 counts that llama-server reports are the exact check.
@@ -24,18 +24,18 @@ pytestmark = [pytest.mark.engines, pytest.mark.timeout(600)]
 SERVE = LESSON02 / "serve_llamacpp.sh"
 
 
-def start(llama_server: str, practice_model: Path, ctx: str, parallel: str):
+def start(llama_server: str, tiny_model: Path, ctx: str, parallel: str):
     port = free_port()
     env = script_env(
         LLAMA_SERVER=llama_server,
-        LLAMACPP_MODEL=str(practice_model / "practice-model.gguf"),
+        LLAMACPP_MODEL=str(tiny_model / "tiny-model.gguf"),
         LLAMACPP_PORT=str(port),
     )
     return port, serving(SERVE, "Q4_K_M", ctx, parallel, env=env, ready="is listening")
 
 
-def test_8192_over_4_seats_is_the_lessons_trap(llama_server: str, practice_model: Path) -> None:
-    port, server = start(llama_server, practice_model, "8192", "4")
+def test_8192_over_4_seats_is_the_lessons_trap(llama_server: str, tiny_model: Path) -> None:
+    port, server = start(llama_server, tiny_model, "8192", "4")
     with server as log:
         assert any("2048 tokens per seat" in line for line in log)
         r = prefix_bench(f"http://127.0.0.1:{port}/v1", "llamacpp", "--quick")
@@ -49,9 +49,7 @@ ATTEMPTS = 3
 
 
 @pytest.mark.parametrize("order", ["stable-first", "variable-first"])
-def test_prefix_bench_on_llamacpp(
-    llama_server: str, practice_model: Path, isolated: Path, order: str
-) -> None:
+def test_prefix_bench_on_llamacpp(llama_server: str, tiny_model: Path, isolated: Path, order: str) -> None:
     """Exact: what llama-server says it reused. Timed, with wide margins: the speed-up.
 
     A single cold call is one sample; on a shared 2-core machine it can be off by
@@ -60,7 +58,7 @@ def test_prefix_bench_on_llamacpp(
     """
     lo, hi = (2.0, float("inf")) if order == "stable-first" else (0.5, 2.0)
     for attempt in range(1, ATTEMPTS + 1):
-        port, server = start(llama_server, practice_model, "16384", "4")
+        port, server = start(llama_server, tiny_model, "16384", "4")
         with server as log:
             assert any("4096 tokens per seat" in line for line in log)
             r = prefix_bench(f"http://127.0.0.1:{port}/v1", "llamacpp", "--order", order)
@@ -73,8 +71,10 @@ def test_prefix_bench_on_llamacpp(
             assert all(c["cached_tokens"] > 0.9 * c["prompt_tokens"] for c in rest)
         else:
             assert all(c["cached_tokens"] < 0.1 * c["prompt_tokens"] for c in rest)
-        print(f"llama.cpp {order} (attempt {attempt}): first_ms {row['first_ms']:.0f}, "
-              f"rest_p50_ms {row['rest_p50_ms']:.0f}, speedup_x {row['speedup_x']:.1f}")
+        print(
+            f"llama.cpp {order} (attempt {attempt}): first_ms {row['first_ms']:.0f}, "
+            f"rest_p50_ms {row['rest_p50_ms']:.0f}, speedup_x {row['speedup_x']:.1f}"
+        )
         if lo < row["speedup_x"] < hi:
             return
     pytest.fail(f"{order}: speedup_x outside ({lo}, {hi}) in all {ATTEMPTS} attempts (is the machine busy?)")

@@ -16,14 +16,14 @@ pytestmark = [pytest.mark.engines, pytest.mark.timeout(600)]
 
 
 @pytest.mark.usefixtures("mlx_ready")
-def test_mlx_prompt_cache_prefills_only_the_question(practice_model: Path, tmp_path: Path) -> None:
+def test_mlx_prompt_cache_prefills_only_the_question(tiny_model: Path, tmp_path: Path) -> None:
     # a copy of the lesson folder, so the files the script writes stay out of the kit
     lesson = tmp_path / "06-prefix-caching"
     lesson.mkdir()
     for name in ("mlx_prompt_cache.sh", "prefix_bench.py"):
         shutil.copy(LESSON06 / name, lesson / name)
     r = run_bash(
-        lesson / "mlx_prompt_cache.sh", env=script_env(MLX_MODEL=str(practice_model / "hf")), timeout=300
+        lesson / "mlx_prompt_cache.sh", env=script_env(MLX_MODEL=str(tiny_model / "hf")), timeout=300
     )
     assert r.returncode == 0, r.stdout + r.stderr
     counts = [int(n) for n in re.findall(r"^Prompt: (\d+) tokens", r.stdout, re.M)]
@@ -37,16 +37,16 @@ def test_mlx_prompt_cache_prefills_only_the_question(practice_model: Path, tmp_p
 
 
 @pytest.mark.usefixtures("mlx_ready")
-def test_serve_mlx_works_with_the_mlx_target(practice_model: Path, isolated: Path, tmp_path: Path) -> None:
+def test_serve_mlx_works_with_the_mlx_target(tiny_model: Path, isolated: Path, tmp_path: Path) -> None:
     port = free_port()
     hub = tmp_path / "fresh-hub-cache"  # does not exist yet: the script must create it
     env = script_env(
-        MLX_MODEL=str(practice_model / "hf"), MLX_PORT=str(port), HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1"
+        MLX_MODEL=str(tiny_model / "hf"), MLX_PORT=str(port), HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1"
     )
     with serving(LESSON02 / "serve_mlx.sh", env=env, ready="is listening"):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as resp:
             ids = [m["id"] for m in json.load(resp)["data"]]
-        assert str((practice_model / "hf").resolve()) in ids
+        assert str((tiny_model / "hf").resolve()) in ids
         # the felab mlx target's default model ("default_model"), no --model needed
         r = prefix_bench(f"http://127.0.0.1:{port}/v1", "mlx")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -62,8 +62,12 @@ def test_serve_mlx_works_with_the_mlx_target(practice_model: Path, isolated: Pat
 @pytest.mark.usefixtures("mlx_ready")
 def test_serve_mlx_says_when_the_model_cannot_load(tmp_path: Path) -> None:
     # mlx_lm.server keeps answering 503 when its model fails to load; the script must notice
-    env = script_env(MLX_MODEL="felab-test/no-such-model", MLX_PORT=str(free_port()),
-                     HF_HUB_CACHE=str(tmp_path / "hub"), HF_HUB_OFFLINE="1")
+    env = script_env(
+        MLX_MODEL="felab-test/no-such-model",
+        MLX_PORT=str(free_port()),
+        HF_HUB_CACHE=str(tmp_path / "hub"),
+        HF_HUB_OFFLINE="1",
+    )
     r = run_bash(LESSON02 / "serve_mlx.sh", env=env, timeout=60)
     assert r.returncode == 1
     assert "could not load felab-test/no-such-model" in r.stderr

@@ -36,7 +36,7 @@ import fireworks
 
 from felab.errors import FelabError
 from felab.paths import ENV_FILE
-from felab.report import table
+from felab.tables import table
 from felab.targets import FIREWORKS_ROOT, fireworks_root, required_key
 
 EXIT_CLEAR, EXIT_BILLING, EXIT_UNKNOWN = 0, 1, 2

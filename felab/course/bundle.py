@@ -26,7 +26,7 @@ Code listings are not copied here: each becomes a `pymdownx.snippets` line that
 MkDocs resolves against the lesson's real file, so the page always shows what
 the learner runs.
 
-`NUMBERS` in felab/numbers.py is the one table that says which recorded value fills which field.
+`NUMBERS` in felab/course/numbers.py is the one table that says which recorded value fills which field.
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from felab.course.lessons import discover
+from felab.course.numbers import NUMBERS, prefills
 from felab.errors import FelabError
-from felab.lessons import discover
-from felab.numbers import NUMBERS, prefills
 from felab.paths import KIT_ROOT
 
 STAGING = Path("build") / "bundle-src"
@@ -93,7 +93,9 @@ def numbers_form(lesson: str) -> str:
     """
     fields = NUMBERS.get(lesson)
     if not fields:
-        raise FelabError(f"lesson {lesson} has a numbers marker but no fields in NUMBERS (felab/numbers.py).")
+        raise FelabError(
+            f"lesson {lesson} has a numbers marker but no fields in NUMBERS (felab/course/numbers.py)."
+        )
     found = prefills(lesson)
     parts = [f'<form class="felab-numbers" data-lesson="{lesson}" autocomplete="off">']
     for n, f in enumerate(fields, start=1):
@@ -364,7 +366,7 @@ def assemble(root: Path = KIT_ROOT, staging: Path | None = None) -> tuple[Path, 
                 "code": lambda: code_block(folder),
             }
             if name not in makers:
-                raise FelabError(f"{page.source}: unknown marker felab:{name} (see felab/bundle.py).")
+                raise FelabError(f"{page.source}: unknown marker felab:{name} (see felab/course/bundle.py).")
             return makers[name]()
 
         return MARKER.sub(one, page.body)

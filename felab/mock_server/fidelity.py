@@ -16,7 +16,7 @@
 Everything runs on 127.0.0.1 against a practice server it starts itself, and
 is bounded in requests (about 25 s in all).
 
-    python -m felab.bench        # or: make bench
+    python -m felab.mock_server.fidelity        # or: make bench
 """
 
 from __future__ import annotations
@@ -31,13 +31,14 @@ from urllib.parse import urlsplit
 
 import click
 
-from felab.metrics import scrape
-from felab.practice import practice_server
-from felab.prefix_cache import PrefixCache, block_keys, tokenize
-from felab.report import table
+from felab.connect import client
+from felab.mock_server.cache import PrefixCache, block_keys, tokenize
+from felab.mock_server.launch import practice_server
+from felab.mock_server.metrics import scrape
 from felab.stats import percentile
 from felab.streaming import stream_once
-from felab.targets import NO_KEY, Target, client
+from felab.tables import table
+from felab.targets import NO_KEY, Target
 
 BENCH_PREFILL_TPS = 100_000
 LENGTHS = (100, 1_000, 4_000, 16_000)

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from felab.paths import results_dir
-from felab.report import table
 from felab.results import read_records
+from felab.tables import table
 
 GROUP_BY = ("target", "order")
 """A row replaces an earlier one when these fields match (the ones it has)."""
@@ -202,6 +202,7 @@ def as_text(found: dict[str, list[dict[str, Any]]]) -> str:
 
 def plot_ttft(key: str, rows: list[dict[str, Any]]) -> Path | None:
     """Draw each call's TTFT (one panel per target, a line per order); `None` if no calls recorded."""
+
     def per_call(row: dict[str, Any]) -> bool:
         calls = row.get("calls")
         if not isinstance(calls, list) or not calls:

@@ -1,5 +1,5 @@
 """
-A practice model: a tiny Llama with random weights, made locally in seconds.
+A tiny model: a tiny Llama with random weights, made locally in seconds.
 
 It exists to exercise real engines (llama.cpp's llama-server, MLX's mlx_lm) on a
 machine that cannot download a model, and to check an install before a multi-GB
@@ -8,14 +8,14 @@ real shape: a byte-level BPE tokenizer (so ~3,000 tokens of English is ~3,000
 tokens), a chat template, and enough layers that prefilling the lesson 06 opening
 takes a measurable time on a laptop CPU while each decoded token stays cheap.
 
-    felab practice-model .tools/practice-model       # or: python -m felab.practice_model DIR
+    felab tiny-model .tools/tiny-model       # or: python -m felab.engines.tiny_model DIR
 
 writes, from one seed, the same weights twice:
 
     DIR/hf/     config.json, model.safetensors, tokenizer.json, tokenizer_config.json
                 -> mlx_lm.generate --model DIR/hf ...   /   mlx_lm.server --model DIR/hf
-    DIR/practice-model.gguf
-                -> llama-server -m DIR/practice-model.gguf
+    DIR/tiny-model.gguf
+                -> llama-server -m DIR/tiny-model.gguf
 
 Needs the `engines` extra (numpy, safetensors, tokenizers, gguf); no torch, no network.
 """
@@ -121,7 +121,7 @@ def lesson06_prompts() -> list[str]:
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)  # lesson scripts run nothing at import
-    except Exception:  # a broken lesson must not stop the practice model
+    except Exception:  # a broken lesson must not stop the tiny model
         return []
     return [str(getattr(module, "PREAMBLE", "")), "\n".join(getattr(module, "QUESTIONS", []))]
 
@@ -243,10 +243,12 @@ def write_hf(out: Path, shape: Shape, tok, weights: dict) -> None:
     }
     (out / "tokenizer_config.json").write_text(json.dumps(tok_config, indent=2) + "\n")
     (out / "generation_config.json").write_text(
-        json.dumps({"eos_token_id": config["eos_token_id"], "do_sample": True}, indent=2) + "\n")
+        json.dumps({"eos_token_id": config["eos_token_id"], "do_sample": True}, indent=2) + "\n"
+    )
     (out / "README.md").write_text(
-        "# felab practice model\n\nRandom weights: it writes gibberish. Made by `felab practice-model` "
-        "to exercise engines offline, not to answer questions.\n")
+        "# felab tiny model\n\nRandom weights: it writes gibberish. Made by `felab tiny-model` "
+        "to exercise engines offline, not to answer questions.\n"
+    )
 
 
 def _permute_for_gguf(w, n_head: int):
@@ -265,7 +267,7 @@ def write_gguf(path: Path, shape: Shape, tok, weights: dict) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     wr = gguf.GGUFWriter(str(path), "llama")
-    wr.add_name("felab practice model (random weights)")
+    wr.add_name("felab tiny model (random weights)")
     wr.add_file_type(gguf.LlamaFileType.ALL_F32)
     wr.add_context_length(shape.context)
     wr.add_embedding_length(shape.hidden)
@@ -289,10 +291,17 @@ def write_gguf(path: Path, shape: Shape, tok, weights: dict) -> None:
     wr.add_add_bos_token(False)
     wr.add_chat_template(CHAT_TEMPLATE)
 
-    names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
-             "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-             "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-             "mlp.down_proj": "ffn_down"}
+    names = {
+        "input_layernorm": "attn_norm",
+        "post_attention_layernorm": "ffn_norm",
+        "self_attn.q_proj": "attn_q",
+        "self_attn.k_proj": "attn_k",
+        "self_attn.v_proj": "attn_v",
+        "self_attn.o_proj": "attn_output",
+        "mlp.gate_proj": "ffn_gate",
+        "mlp.up_proj": "ffn_up",
+        "mlp.down_proj": "ffn_down",
+    }
     wr.add_tensor("token_embd.weight", weights["model.embed_tokens.weight"])
     for i in range(shape.layers):
         for hf, gg in names.items():
@@ -321,42 +330,49 @@ class Made:
     seconds: float
 
 
-def make_practice_model(out: Path, shape: Shape = Shape(), seed: int = 0) -> Made:
-    """Write DIR/hf/ and DIR/practice-model.gguf with the same random weights."""
+def make_tiny_model(out: Path, shape: Shape = Shape(), seed: int = 0) -> Made:
+    """Write DIR/hf/ and DIR/tiny-model.gguf with the same random weights."""
     t0 = time.perf_counter()
     out = Path(out)
     tok = train_tokenizer(shape.vocab)
     weights = make_weights(shape, tok.get_vocab_size(), banned_ids(tok), seed)
     write_hf(out / "hf", shape, tok, weights)
-    write_gguf(out / "practice-model.gguf", shape, tok, weights)
+    write_gguf(out / "tiny-model.gguf", shape, tok, weights)
     (out / "shape.json").write_text(json.dumps({**asdict(shape), "seed": seed}, indent=2) + "\n")
-    return Made(out / "hf", out / "practice-model.gguf", tok.get_vocab_size(),
-                sum(int(v.size) for v in weights.values()), time.perf_counter() - t0)
+    return Made(
+        out / "hf",
+        out / "tiny-model.gguf",
+        tok.get_vocab_size(),
+        sum(int(v.size) for v in weights.values()),
+        time.perf_counter() - t0,
+    )
 
 
-DEFAULT_DIR = KIT_ROOT / ".tools" / "practice-model"
-MISSING = ("The practice model needs the engines extra (numpy, safetensors, tokenizers, gguf).\n"
-           "Install it with:  make engines   (or: .venv/bin/pip install -e '.[engines]')")
+DEFAULT_DIR = KIT_ROOT / ".tools" / "tiny-model"
+MISSING = (
+    "The tiny model needs the engines extra (numpy, safetensors, tokenizers, gguf).\n"
+    "Install it with:  make engines   (or: .venv/bin/pip install -e '.[engines]')"
+)
 
 
-@click.command("practice-model")
+@click.command("tiny-model")
 @click.argument("out", type=click.Path(file_okay=False, path_type=Path), required=False)
 @click.option("--layers", default=Shape.layers, show_default=True, help="transformer blocks")
 @click.option("--hidden", default=Shape.hidden, show_default=True, help="model width (heads of 32)")
 @click.option("--seed", default=0, show_default=True, help="random seed for the weights")
-def practice_model_command(out: Path | None, layers: int, hidden: int, seed: int) -> None:
+def tiny_model_command(out: Path | None, layers: int, hidden: int, seed: int) -> None:
     """Write a tiny random-weight Llama (Hugging Face layout + GGUF) to OUT, offline.
 
-    OUT defaults to .tools/practice-model in the kit folder.
+    OUT defaults to .tools/tiny-model in the kit folder.
 
     It writes gibberish: it exists to exercise llama-server and mlx_lm, not to answer.
 
     \b
     Examples:
-      felab practice-model .tools/practice-model
-      llama-server -m .tools/practice-model/practice-model.gguf -c 16384 -np 4
-      mlx_lm.generate --model .tools/practice-model/hf --prompt "hello" --max-tokens 20
-      LLAMACPP_MODEL=$PWD/.tools/practice-model/practice-model.gguf \\
+      felab tiny-model .tools/tiny-model
+      llama-server -m .tools/tiny-model/tiny-model.gguf -c 16384 -np 4
+      mlx_lm.generate --model .tools/tiny-model/hf --prompt "hello" --max-tokens 20
+      LLAMACPP_MODEL=$PWD/.tools/tiny-model/tiny-model.gguf \\
         bash lessons/02-three-local-servers/serve_llamacpp.sh Q4_K_M 16384 4
     """
     if hidden % 32 or hidden < 64:
@@ -366,18 +382,21 @@ def practice_model_command(out: Path | None, layers: int, hidden: int, seed: int
     missing = [m for m in needed if importlib.util.find_spec(m) is None]
     if missing:
         raise click.ClickException(f"not installed: {', '.join(missing)}.\n{MISSING}")
-    shape = Shape(layers=layers, hidden=hidden, heads=hidden // 32, kv_heads=max(1, hidden // 64),
-                  ffn=3 * hidden)
-    made = make_practice_model(out, shape, seed)
-    click.echo(f"practice model: {made.params / 1e6:.1f} M random parameters, "
-               f"{made.vocab:,}-token BPE vocabulary, made in {made.seconds:.1f} s "
-               f"(it writes gibberish; it exercises engines)")
+    shape = Shape(
+        layers=layers, hidden=hidden, heads=hidden // 32, kv_heads=max(1, hidden // 64), ffn=3 * hidden
+    )
+    made = make_tiny_model(out, shape, seed)
+    click.echo(
+        f"tiny model: {made.params / 1e6:.1f} M random parameters, "
+        f"{made.vocab:,}-token BPE vocabulary, made in {made.seconds:.1f} s "
+        f"(it writes gibberish; it exercises engines)"
+    )
     click.echo(f"  Hugging Face layout (mlx_lm): {made.hf_dir}")
     click.echo(f"  GGUF (llama-server):          {made.gguf_path}")
 
 
 def main() -> None:
-    practice_model_command()
+    tiny_model_command()
 
 
 if __name__ == "__main__":

@@ -22,67 +22,11 @@ from __future__ import annotations
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Protocol
 
-TTFT_BUCKETS_S = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
-)
-"""vLLM's buckets for vllm:time_to_first_token_seconds."""
+from felab.mock_server.fleet import TTFT_BUCKETS_S, ReplicaStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-
-@dataclass
-class ReplicaStats:
-    """One replica's counters, and the requests it is serving now."""
-
-    prompt_tokens: int = 0
-    """Every admitted prompt token is looked up in the cache: also vLLM's prefix-cache queries."""
-    hits: int = 0
-    generation_tokens: int = 0
-    ttft_bucket_counts: list[int] = field(default_factory=lambda: [0] * len(TTFT_BUCKETS_S))
-    ttft_sum_s: float = 0.0
-    ttft_count: int = 0
-    in_flight: dict[str, float] = field(default_factory=dict)
-    """request id -> when its prefill starts (loop time); removed when its reply ends."""
-
-    def admit(
-        self, rid: str, prompt: int, cached: int, reply: int, prefill_start: float, ttft_s: float
-    ) -> None:
-        """Count one request as the replica takes it (cached: prompt tokens found in the cache)."""
-        self.prompt_tokens += prompt
-        self.hits += cached
-        self.generation_tokens += reply
-        for i, upper in enumerate(TTFT_BUCKETS_S):
-            self.ttft_bucket_counts[i] += ttft_s <= upper
-        self.ttft_sum_s += ttft_s
-        self.ttft_count += 1
-        self.in_flight[rid] = prefill_start
-
-    def done(self, rid: str) -> None:
-        self.in_flight.pop(rid, None)
 
 
 class HasStats(Protocol):
@@ -116,13 +60,13 @@ def render(replicas: Sequence[HasStats], model: str, now: float, faults: dict[st
         "vllm:num_requests_running",
         "gauge",
         "Requests in prefill or decoding.",
-        lambda s: sum(start <= now for start in s.in_flight.values()),
+        lambda s: sum(turn.start <= now for turn in s.in_flight.values()),
     )
     per_replica(
         "vllm:num_requests_waiting",
         "gauge",
         "Requests waiting for the prefill lane.",
-        lambda s: sum(start > now for start in s.in_flight.values()),
+        lambda s: sum(turn.start > now for turn in s.in_flight.values()),
     )
 
     name, rows = "vllm:time_to_first_token_seconds", []
@@ -130,8 +74,8 @@ def render(replicas: Sequence[HasStats], model: str, now: float, faults: dict[st
         s = r.stats
         counts = zip(TTFT_BUCKETS_S, s.ttft_bucket_counts, strict=True)
         rows += [(f"{name}_bucket{labels(r, str(le))}", n) for le, n in counts]
-        rows += [(f"{name}_bucket{labels(r, '+Inf')}", s.ttft_count)]
-        rows += [(f"{name}_sum{labels(r)}", s.ttft_sum_s), (f"{name}_count{labels(r)}", s.ttft_count)]
+        rows += [(f"{name}_bucket{labels(r, '+Inf')}", s.requests)]
+        rows += [(f"{name}_sum{labels(r)}", s.ttft_sum_s), (f"{name}_count{labels(r)}", s.requests)]
     family(name, "histogram", "Time to first token the timing model scheduled, in seconds.", rows)
 
     family(

@@ -25,18 +25,72 @@ from __future__ import annotations
 import hashlib
 import itertools
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from felab.metrics import ReplicaStats
-from felab.prefix_cache import BLOCK_TOKENS, PrefixCache, block_keys
-from felab.timing import PrefillLane, TimingModel
+from felab.mock_server.cache import PrefixCache
+from felab.mock_server.timing import Prefill, PrefillLane, TimingModel
 
 ROUTES = ("random", "round-robin", "affinity", "prefix")
+
+TTFT_BUCKETS_S = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+"""vLLM's buckets for vllm:time_to_first_token_seconds."""
+
+
+@dataclass
+class ReplicaStats:
+    """One replica's counters (what /metrics shows), and the requests it is serving now."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    """Every admitted prompt token is looked up in the cache: also vLLM's prefix-cache queries."""
+    hits: int = 0
+    """Prompt tokens found in the cache (the usage's cached_tokens)."""
+    generation_tokens: int = 0
+    ttft_bucket_counts: list[int] = field(default_factory=lambda: [0] * len(TTFT_BUCKETS_S))
+    """How many scheduled TTFTs were at most each of TTFT_BUCKETS_S (a cumulative histogram)."""
+    ttft_sum_s: float = 0.0
+    in_flight: dict[str, Prefill] = field(default_factory=dict)
+    """request id -> its turn in the prefill lane; removed when its reply ends."""
+
+    def admit(self, rid: str, prompt: int, cached: int, reply: int, turn: Prefill, ttft_s: float) -> None:
+        """Count one request as the replica takes it (cached: prompt tokens found in the cache)."""
+        self.requests += 1
+        self.prompt_tokens += prompt
+        self.hits += cached
+        self.generation_tokens += reply
+        for i, upper in enumerate(TTFT_BUCKETS_S):
+            self.ttft_bucket_counts[i] += ttft_s <= upper
+        self.ttft_sum_s += ttft_s
+        self.in_flight[rid] = turn
 
 
 @dataclass
 class Replica:
-    """One copy of the server: a cache, a prefill lane, and its counters for /metrics."""
+    """One copy of the server: a cache, a prefill lane, and its counters."""
 
     index: int
     cache: PrefixCache
@@ -60,22 +114,20 @@ class Fleet:
         self,
         replicas: int,
         route: str,
-        cache_blocks: int,
-        cache_ttl_s: float | None,
+        cache: tuple[int, int, float | None],
         timing: TimingModel,
-        seed: int = 0,
+        seed: int,
     ) -> None:
+        """`cache`: each replica's (capacity in blocks, tokens per block, time to live or None)."""
         if route not in ROUTES:
             raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
         self.route, self.timing = route, timing
-        self.replicas = [Replica(i, PrefixCache(cache_blocks, cache_ttl_s)) for i in range(replicas)]
+        self.replicas = [Replica(i, PrefixCache(*cache)) for i in range(replicas)]
         self.rng = random.Random(f"route/{seed}")
         self.turn = itertools.count()
 
-    def pick(
-        self, tokens: list[str], session: str | None, now: float, keys: list[int] | None = None
-    ) -> Replica:
-        """The replica this request goes to (`keys`: the prompt's block keys, if already computed)."""
+    def pick(self, prompt_tokens: int, keys: Sequence[int], session: str | None, now: float) -> Replica:
+        """The replica this prompt goes to (`keys`: its block keys)."""
         n = len(self.replicas)
         if n == 1:
             return self.replicas[0]
@@ -84,11 +136,11 @@ class Fleet:
         if self.route == "affinity" and session:
             return self.replicas[rendezvous(session, n)]
         if self.route == "prefix":
-            keys = block_keys(tokens) if keys is None else keys
+            ready = now + self.timing.overhead_ms / 1000
 
             def first_token_at(r: Replica) -> float:  # as its lane would schedule it, booking nothing
-                uncached = len(tokens) - r.cache.cached_blocks(keys) * BLOCK_TOKENS
-                return r.lane.quote(now, self.timing, uncached)[1]
+                uncached = prompt_tokens - r.cache.cached_blocks(keys, now) * r.cache.block_tokens
+                return r.lane.quote(ready, self.timing.prefill_s(uncached)).end
 
             return min(self.replicas, key=lambda r: (first_token_at(r), r.index))
         return self.replicas[self.rng.randrange(n)]  # random, and affinity without a session value

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from felab.course.lessons import LESSONS_DIR, discover
 from felab.errors import FelabError
-from felab.lessons import LESSONS_DIR, discover
 
 README = """\
 # Lesson {number} · {title}
@@ -98,8 +98,12 @@ def create_lesson(number: str, name: str, root: Path = LESSONS_DIR) -> Path:
         raise FelabError(f"lesson {number} already exists ({taken[0]}); pick another N.")
     folder = root / f"{number}-{name}"
     script = f"{name.replace('-', '_')}.py"
-    fields = {"number": number, "title": name.replace("-", " ").capitalize(), "script": script,
-              "key": f"{number}-{name}"}
+    fields = {
+        "number": number,
+        "title": name.replace("-", " ").capitalize(),
+        "script": script,
+        "key": f"{number}-{name}",
+    }
     folder.mkdir(parents=True)
     (folder / "README.md").write_text(README.format(**fields), encoding="utf-8")
     (folder / script).write_text(SCRIPT.format(**fields), encoding="utf-8")

@@ -1,0 +1,73 @@
+"""Connecting to a target: flags and `.env` resolved into a Target, and the official client for it.
+
+target = resolve(args)     # flags > FELAB_<TARGET>_URL / _MODEL > the table in targets.py
+api = client(target)       # openai.OpenAI, retries off
+banner(target)             # which server and model this run measures (never the key)
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import openai
+
+from felab.errors import FelabError
+from felab.explain import explain
+from felab.paths import load_env
+from felab.targets import NO_KEY, TARGETS, Target, default_url, env_value, required_key
+
+
+def resolve(args: argparse.Namespace) -> Target:
+    """Turn parsed flags into a Target, reading `.env` and asking the server where needed."""
+    load_env()
+    name: str = args.target
+    spec = TARGETS[name]
+    base_url = (getattr(args, "base_url", None) or default_url(name)).rstrip("/")
+
+    api_key = required_key(spec.key_env) if spec.key_env else NO_KEY
+    target = Target(name, base_url, "", api_key, spec.paid, spec.start_hint, spec.key_env)
+    model = getattr(args, "model", None) or env_value(f"FELAB_{name.upper()}_MODEL") or spec.model
+    if not model:
+        model = served_model(target)
+    return Target(name, base_url, model, api_key, spec.paid, spec.start_hint, spec.key_env)
+
+
+def served_model(target: Target) -> str:
+    """Ask a local server which model it serves (`GET /v1/models`)."""
+    try:
+        ids = [m.id for m in client(target, timeout=5.0).models.list()]
+    except openai.OpenAIError as exc:
+        raise explain(exc, target) from exc
+    if len(ids) == 1:
+        return ids[0]
+    if not ids:
+        raise FelabError(f"The {target.name} server at {target.base_url} serves no model yet.")
+    shown = ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else "")
+    raise FelabError(
+        f"The {target.name} server serves {len(ids)} models ({shown}). Pick one with --model, or set "
+        f"FELAB_{target.name.upper()}_MODEL in .env."
+    )
+
+
+class TargetClient(openai.OpenAI):
+    """An `openai.OpenAI` client that remembers its Target, so errors can name it."""
+
+    def __init__(self, target: Target, **kwargs: object) -> None:
+        super().__init__(base_url=target.base_url, api_key=target.api_key, **kwargs)  # type: ignore[arg-type]
+        self.target = target
+
+
+def client(target: Target, timeout: float = 300.0) -> TargetClient:
+    """The official OpenAI client for a target.
+
+    Retries are off (`max_retries=0`): a retried request would hide its wait
+    inside the time we measure. A failed call fails loudly instead.
+    """
+    return TargetClient(target, max_retries=0, timeout=timeout)
+
+
+def banner(target: Target) -> None:
+    """Print which server and model this run measures (never the key)."""
+    print(f"target: {target.name} · {target.base_url} · model: {target.model}")
+    if target.is_paid:
+        print("note: this target is paid; this run bills your account (a few cents).")

@@ -1,0 +1,1 @@
+"""Fireworks: the billing sweep behind `make fw-check` (inference goes through the learner's library)."""

@@ -1,0 +1,23 @@
+"""The practice server (target `mock`): an OpenAI-compatible server that models a real one, offline.
+
+    python -m felab.mock_server         # or: make mock
+
+Read it in this order; each file holds one idea:
+
+    config.py    every setting and its default (each is a flag)
+    cache.py     the block-hash prefix cache: PrefixCache.uncached_tokens()
+    timing.py    the timing model and the prefill lane (first come, first served)
+    fleet.py     replicas, how a request picks one, and each replica's counters
+    booking.py   the booking core: route, look up, queue, insert, count; no HTTP
+    app.py       the HTTP layer: OpenAI's routes, translated to and from the core
+    wire.py      OpenAI's request bodies and error envelope
+    intake.py    how a request comes in: arrival time, body limit, one admission at a time
+    faults.py    failures on purpose (--fail-rate)
+    metrics.py   GET /metrics, with vLLM's names
+    serve.py     the command line
+    launch.py    a throw-away server on a free port (make demo, make smoke, tests)
+    fidelity.py  make bench: measured TTFT against the model's prediction
+
+Nothing here imports the learner's library (felab/*.py at the top) or the openai SDK,
+except launch.py, which waits for the server with the SDK.
+"""

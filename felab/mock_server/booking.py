@@ -1,0 +1,134 @@
+"""The booking core: what the practice server does with a request, with no HTTP in it.
+
+    book(prompt, reply_tokens, arrival, now)  ->  Booking
+      1. route    the fleet picks a replica                              (fleet.py)
+      2. look up  the replica's cache: how much of the prompt it holds   (cache.py)
+      3. queue    the replica's prefill lane gives the prompt its turn   (timing.py)
+      4. insert   the prompt's blocks are cached, in use until its prefill ends
+      5. count    the replica's counters (/metrics); the usage the client gets
+
+The Booking it returns is the prediction: when the first token comes, and every
+token after it. The HTTP layer (app.py) only parses a request, books it here and
+writes the reply at the booked times. Nothing here reads a clock or sleeps: the
+caller says what time it is. The live server passes its event loop's clock; a
+replay of a production trace (felab/replay) passes the trace's timestamps and
+so runs an hour of traffic in seconds, through this same code.
+
+As live, a request finds the blocks of every prompt booked before it on its
+replica, even one still prefilling: the lane is first come first served, so by
+the time this prompt is read, every earlier one has been.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from felab.mock_server.config import Settings
+from felab.mock_server.fleet import Fleet, Replica
+from felab.mock_server.timing import Prefill
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A prompt as the model sees it: its length, its block keys, and its session value (if any)."""
+
+    tokens: int
+    keys: Sequence[int]
+    session: str | None = None
+
+
+@dataclass
+class Booking:
+    """One request's place in the model: its replica, what was cached, and when its tokens come."""
+
+    rid: str
+    replica: Replica
+    prompt_tokens: int
+    cached_tokens: int
+    reply_tokens: int
+    arrival: float
+    turn: Prefill
+    interval_s: float
+    """Seconds between two reply tokens."""
+
+    @property
+    def first_token_at(self) -> float:
+        return self.turn.end
+
+    @property
+    def ttft_s(self) -> float:
+        """The time to first token the model predicts (it moves up if a request ahead is cancelled)."""
+        return self.turn.end - self.arrival
+
+    @property
+    def queue_s(self) -> float:
+        """Time spent waiting for the prefill lane (behind other prompts), after the overhead."""
+        return self.turn.start - self.turn.ready_at
+
+    def token_at(self, i: int) -> float:
+        """When reply token i (0-based) is due."""
+        return self.turn.end + i * self.interval_s
+
+    def usage(self) -> dict[str, Any]:
+        """OpenAI's usage object, with the cached part of the prompt as vLLM and Fireworks report it."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.reply_tokens,
+            "total_tokens": self.prompt_tokens + self.reply_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+        }
+
+
+class PracticeModel:
+    """The practice server's whole state: a fleet of replicas, and the bookings made on it."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings, self.timing = settings, settings.timing
+        cache = (settings.cache_blocks, settings.block_tokens, settings.cache_ttl_s)
+        self.fleet = Fleet(settings.replicas, settings.route, cache, self.timing, settings.seed)
+        self.ids = itertools.count()
+
+    def book(self, prompt: Prompt, reply_tokens: int, arrival: float, now: float) -> Booking:
+        """Route, look up, queue, insert and count one request that arrived at `arrival`."""
+        replica = self.fleet.pick(prompt.tokens, prompt.keys, prompt.session, now)
+        uncached = replica.cache.uncached_tokens(prompt.tokens, prompt.keys, now)
+        ready = arrival + self.timing.overhead_ms / 1000
+        turn = replica.lane.book(ready, self.timing.prefill_s(uncached), now)
+        replica.cache.insert(prompt.keys, used_at=turn.end)
+        booking = Booking(
+            f"{next(self.ids)}",
+            replica,
+            prompt.tokens,
+            prompt.tokens - uncached,
+            reply_tokens,
+            arrival,
+            turn,
+            self.timing.token_interval_s(),
+        )
+        replica.stats.admit(
+            booking.rid, prompt.tokens, booking.cached_tokens, reply_tokens, turn, booking.ttft_s
+        )
+        return booking
+
+    def finish(self, booking: Booking) -> None:
+        """The reply is over (sent, or its client gone): the request no longer runs."""
+        booking.replica.stats.in_flight.pop(booking.rid, None)
+
+    def cancel(self, booking: Booking, now: float) -> bool:
+        """Its client hung up at `now`: give the lane back the time it had not used.
+
+        True if prompts queued behind it moved up (their waiters should look again).
+        """
+        self.finish(booking)
+        return bool(booking.replica.lane.cancel(booking.turn, now))
+
+    def reset_caches(self) -> int:
+        """Forget every cached block of every replica, as a restart would; how many were dropped."""
+        caches = [r.cache for r in self.fleet.replicas]
+        dropped = sum(len(c) for c in caches)
+        for c in caches:
+            c.clear()
+        return dropped

@@ -1,0 +1,63 @@
+"""Everything the practice server can be told, with its default, in one place.
+
+Each field is a flag of `python -m felab.mock_server` (and of `python -m felab replay`); the
+flags take their defaults from `DEFAULTS`, so a default is written once, here. The timing
+defaults reproduce lesson 06: a cold 3,045-token opening takes 15 + 3045 / 2.5 ≈ 1,233 ms;
+the same opening cached, about 35 ms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from felab.mock_server.faults import FAULT_TYPES
+from felab.mock_server.fleet import ROUTES
+from felab.mock_server.timing import TimingModel
+
+DEFAULT_PORT = 8765
+MODEL_ID = "felab-practice"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The practice server's settings: the modelled hardware, the fleet, and the faults."""
+
+    model: str = MODEL_ID
+    overhead_ms: float = 15.0
+    """Fixed cost of every request (parsing, scheduling), before its prefill may start."""
+    prefill_tps: float = 2500.0
+    """Prompt tokens prefilled per second, one prompt at a time."""
+    decode_tps: float = 400.0
+    """Reply tokens per second, per stream (decoding is batched: streams do not slow each other)."""
+    cache_blocks: int = 4096
+    """Prefix-cache capacity per replica, in blocks; the least recently used block is evicted."""
+    block_tokens: int = 64
+    """Tokens per cache block (vLLM's default is 16; Mooncake's trace uses 512)."""
+    context_tokens: int = 131_072
+    """Largest prompt plus reply, in tokens."""
+    max_body_bytes: int = 8 * 1024 * 1024
+    default_max_tokens: int = 16
+    """Reply length when a request sets neither max_tokens nor max_completion_tokens."""
+    replicas: int = 1
+    route: str = "affinity"
+    cache_ttl_s: float | None = None
+    """Seconds a block may stay unused before it expires; None: never."""
+    fail_rate: float = 0.0
+    fail_types: tuple[str, ...] = FAULT_TYPES
+    seed: int = 0
+    """Seeds random routing and the failure draws, so a run can be repeated."""
+
+    def __post_init__(self) -> None:
+        if self.overhead_ms < 0 or self.prefill_tps <= 0 or self.decode_tps <= 0:
+            raise ValueError("rates must be above 0 and the overhead 0 or more")
+        if self.cache_blocks < 0 or self.block_tokens < 1 or self.replicas < 1:
+            raise ValueError("cache size must be 0 or more, block size and replicas 1 or more")
+        if self.route not in ROUTES:
+            raise ValueError(f"route must be one of {', '.join(ROUTES)}, not {self.route!r}")
+
+    @property
+    def timing(self) -> TimingModel:
+        return TimingModel(self.overhead_ms, self.prefill_tps, self.decode_tps)
+
+
+DEFAULTS = Settings()

@@ -1,0 +1,132 @@
+"""`python -m felab.mock_server`: the practice server's command line (flags, then uvicorn).
+
+Every flag's default comes from `DEFAULTS` in config.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Any
+
+import click
+
+from felab.mock_server.config import DEFAULT_PORT, DEFAULTS, Settings
+from felab.mock_server.faults import FAULT_TYPES, HideStreamCuts
+from felab.mock_server.fleet import ROUTES
+
+D = DEFAULTS
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
+@click.option("--port", default=DEFAULT_PORT, show_default=True, help="port to listen on")
+@click.option("--model", default=D.model, show_default=True, help="the model id it serves")
+@click.option(
+    "--overhead-ms", default=D.overhead_ms, show_default=True, help="fixed cost of every request, ms"
+)
+@click.option(
+    "--prefill-tps", default=D.prefill_tps, show_default=True, help="prefill rate, prompt tokens per second"
+)
+@click.option(
+    "--decode-tps", default=D.decode_tps, show_default=True, help="decode rate per stream, tokens per second"
+)
+@click.option(
+    "--cache-blocks",
+    default=D.cache_blocks,
+    show_default=True,
+    help="prefix-cache capacity in 64-token blocks (least recently used evicted)",
+)
+@click.option(
+    "--context-tokens", default=D.context_tokens, show_default=True, help="largest prompt + reply, tokens"
+)
+@click.option(
+    "--replicas",
+    default=D.replicas,
+    show_default=True,
+    type=click.IntRange(1, 256),
+    help="copies behind this one address, each with its own cache and prefill lane",
+)
+@click.option(
+    "--route",
+    default=D.route,
+    show_default=True,
+    type=click.Choice(ROUTES),
+    help="how a request picks a replica (affinity: by x-session-affinity or user, else random)",
+)
+@click.option(
+    "--cache-ttl",
+    type=click.FloatRange(min=0, min_open=True),
+    help="seconds a cached block may stay unused before it expires [default: never]",
+)
+@click.option(
+    "--fail-rate",
+    default=D.fail_rate,
+    show_default=True,
+    type=click.FloatRange(0, 1),
+    help="share of valid chat requests that fail on purpose (0.05 = 5%)",
+)
+@click.option(
+    "--fail-types",
+    default=",".join(D.fail_types),
+    show_default=True,
+    help="which failures --fail-rate injects, comma-separated: 429, 503, 500, cut (a stream cut mid-way)",
+)
+@click.option("--seed", default=D.seed, show_default=True, help="seed for random routing and failure draws")
+def main(host: str, port: int, fail_types: str, cache_ttl: float | None, **flags: Any) -> None:
+    """The practice server: an OpenAI-compatible server with a prefix cache, offline.
+
+    \b
+    Examples:
+      python -m felab.mock_server
+      python -m felab.mock_server --port 9000 --prefill-tps 1050
+      python -m felab.mock_server --replicas 18 --route affinity --cache-ttl 60
+      python -m felab.mock_server --fail-rate 0.1 --fail-types 429,cut --seed 7
+      curl -X POST http://127.0.0.1:8765/admin/reset     # empty its cache
+      curl http://127.0.0.1:8765/metrics                 # counters, with vLLM's names
+    """
+    import uvicorn
+
+    from felab.mock_server.app import create_app
+
+    if not port_is_free(host, port):
+        raise click.ClickException(
+            f"port {port} on {host} is in use: a practice server may already be running (`make check` "
+            f"shows it; stop it with `pkill -f felab.mock_server`), or pass another --port."
+        )
+    kinds = tuple(k.strip() for k in fail_types.split(",") if k.strip())
+    if not kinds or set(kinds) - set(FAULT_TYPES):
+        hint = f"use some of {', '.join(FAULT_TYPES)}, comma-separated"
+        raise click.BadParameter(hint, param_hint="--fail-types")
+    try:
+        settings = Settings(fail_types=kinds, cache_ttl_s=cache_ttl, **flags)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    print(
+        f"practice server listening on http://{host}:{port}/v1 · {describe(settings)} · Ctrl+C stops it",
+        flush=True,
+    )
+    config = uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning", access_log=False)
+    logging.getLogger("uvicorn.error").addFilter(HideStreamCuts())  # after Config has set up logging
+    uvicorn.Server(config).run()
+
+
+def describe(s: Settings) -> str:
+    """The settings a learner should know about, in one line."""
+    words = [f"model {s.model}", f"prefill {s.prefill_tps:g} tok/s", f"decode {s.decode_tps:g} tok/s"]
+    if s.replicas > 1:
+        words.append(f"{s.replicas} replicas, route {s.route}")
+    if s.cache_ttl_s:
+        words.append(f"cache TTL {s.cache_ttl_s:g} s")
+    if s.fail_rate:
+        words.append(f"failing {s.fail_rate:.0%} ({', '.join(s.fail_types)}, seed {s.seed})")
+    return " · ".join(words)

@@ -1,0 +1,104 @@
+"""The practice server's timing model: how long a real server would take.
+
+    time to first token = overhead + wait for the prefill lane + uncached tokens / prefill rate
+    each further token  = 1 / decode rate after the one before
+
+Defaults (the lesson's, in config.py): 15 ms overhead, prefill at 2,500 tokens/s,
+decode at 400 tokens/s. A cold 3,045-token prompt: 15 + 3045/2500·1000 ≈ 1,233 ms.
+The same prompt with all but its last ~50 tokens cached: 15 + 50/2.5 ≈ 35 ms.
+
+How concurrent requests share the server. Like one GPU, each replica has one
+prefill lane: prompts are prefilled one after another, in arrival order, each
+at the full rate (a FIFO queue). Decoding is batched, as in vLLM or llama.cpp
+with several slots: every stream decodes at the full rate at once, so the
+queue for prefill is what makes a busy server's TTFT grow.
+
+The lane is a queue of bookings with known times, not a lock: a request's
+first-token time is known when it arrives, so the server sleeps until exact
+deadlines and the prediction is what the client sees. When a client hangs up,
+its booking gives back the time it had not used, and the prefills queued
+behind it move up (`PrefillLane.cancel`), as a real engine aborts the request.
+Nothing here reads a clock: every method is told the time, so the same code
+runs live (the event loop's clock) and in a replay (a virtual clock).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TimingModel:
+    """The rates of the modelled server (their defaults live in config.py)."""
+
+    overhead_ms: float
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+
+    def prefill_s(self, uncached_tokens: int) -> float:
+        """Seconds to prefill the tokens the cache did not have."""
+        return uncached_tokens / self.prefill_tokens_per_s
+
+    def token_interval_s(self) -> float:
+        """Seconds between two generated tokens of one stream."""
+        return 1.0 / self.decode_tokens_per_s
+
+
+@dataclass
+class Prefill:
+    """One prompt's turn in a lane: it may start at `ready_at` and takes `seconds` once started."""
+
+    ready_at: float
+    seconds: float
+    start: float
+
+    @property
+    def end(self) -> float:
+        """When its prefill is done: the time of its first token."""
+        return self.start + self.seconds
+
+
+class PrefillLane:
+    """One prefill at a time, first come first served."""
+
+    def __init__(self) -> None:
+        self.queue: deque[Prefill] = deque()
+        """Booked prefills not known to be over yet, in order."""
+        self.free_at = 0.0
+
+    def quote(self, ready_at: float, seconds: float) -> Prefill:
+        """The turn this prompt would get if booked now; books nothing (a router's question)."""
+        return Prefill(ready_at, seconds, max(ready_at, self.free_at))
+
+    def book(self, ready_at: float, seconds: float, now: float) -> Prefill:
+        """Book the lane for one prompt, behind every prompt booked before it."""
+        while self.queue and self.queue[0].end <= now:  # over: nothing can move them any more
+            self.queue.popleft()
+        turn = self.quote(ready_at, seconds)
+        self.queue.append(turn)
+        self.free_at = turn.end
+        return turn
+
+    def cancel(self, turn: Prefill, now: float) -> list[Prefill]:
+        """The client hung up at `now`: keep the lane time `turn` used, give back the rest.
+
+        Returns the prefills that moved up (their `start` changed), so their waiters can be woken.
+        """
+        if turn not in self.queue or turn.end <= now:
+            return []  # already prefilled: the lane time was spent
+        at = self.queue.index(turn)
+        if turn.start < now:  # prefilling now: stop here
+            turn.seconds, base, after = now - turn.start, now, at + 1
+        else:  # still waiting: it never uses the lane
+            del self.queue[at]
+            base, after = (self.queue[at - 1].end if at else now), at
+        moved = []
+        for later in list(self.queue)[after:]:
+            start = max(later.ready_at, base)
+            if start != later.start:
+                later.start = start
+                moved.append(later)
+            base = later.end
+        self.free_at = self.queue[-1].end if self.queue else min(self.free_at, now)
+        return moved
