@@ -3,8 +3,9 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-dev
-ENGINES_STAMP := $(VENV)/.installed-engines
+STAMP := $(VENV)/.installed
+# An extra installs on first use of the target that needs it: .venv/.installed-<extra> (see pyproject.toml).
+EXTRA = $(VENV)/.installed-$(1)
 
 .DEFAULT_GOAL := help
 .PHONY: help setup demo mock check smoke bench test lint numbers new-lesson fw-check bundle bundle-serve \
@@ -16,8 +17,12 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert (3, 10) <= sys.version_info[:2] <= (3, 13), "felab needs Python 3.10 to 3.13, this is " + sys.version.split()[0]'
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e .
+	@touch $@
+
+$(VENV)/.installed-%: $(STAMP)
+	@echo "installing the kit's $* extra into $(VENV) (once) ..."
+	@$(PY) -m pip install --quiet -e '.[$*]'
 	@touch $@
 
 setup: $(STAMP) ## create .venv and install the kit (the other targets do this for you)
@@ -37,39 +42,37 @@ smoke: $(STAMP) ## every lesson script against a fresh practice server, in quick
 bench: $(STAMP) ## how faithful the practice server is: TTFT measured vs predicted, CPU per token (~30 s)
 	@$(PY) -m felab.mock_server.fidelity
 
-fw-check: $(STAMP) ## anything on Fireworks still billing, and the command that stops it (fails closed)
+fw-check: $(call EXTRA,fireworks) ## anything on Fireworks still billing, and the command that stops it (fails closed)
 	@$(PY) -m felab fw-check
 
-numbers: $(STAMP) ## your numbers: the latest recorded run per lesson, target and order (and a TTFT picture)
+numbers: $(call EXTRA,plot) ## your numbers: the latest recorded run per lesson, target and order (and a TTFT picture)
 	@$(PY) -m felab numbers
 
 new-lesson: $(STAMP) ## create lessons/N-NAME/ that already runs: make new-lesson N=07 NAME=batching
 	@test -n "$(N)" -a -n "$(NAME)" || { echo "usage: make new-lesson N=07 NAME=batching"; exit 2; }
 	@$(PY) -m felab new-lesson "$(N)" "$(NAME)"
 
-bundle: $(STAMP) ## the lesson pages as an offline site in build/bundle/, your numbers filled from results/
+bundle: $(call EXTRA,course) ## the lesson pages as an offline site in build/bundle/, your numbers filled from results/
 	@$(PY) -m felab bundle build
 
 bundle-serve: bundle ## open the lesson pages at http://127.0.0.1:8770/ (Ctrl+C stops; always the same address)
 	@$(PY) -m felab bundle serve
 
-$(ENGINES_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e '.[dev,engines]'
-	@touch $@
-
-engines: $(ENGINES_STAMP) ## install MLX (its CPU build on Linux) and the tiny model's packages into .venv
+engines: $(call EXTRA,engines) ## install MLX (its CPU build on Linux) and the tiny model's packages into .venv
 
 llama-server: ## build llama.cpp's llama-server from source into .tools/bin (no Homebrew needed; 6-20 min on 2 cores)
 	@bash scripts/build_llama_server.sh
 
-tiny-model: $(ENGINES_STAMP) ## write the offline tiny model (random weights, gibberish) to .tools/tiny-model
+tiny-model: $(call EXTRA,engines) ## write the offline tiny model (random weights, gibberish) to .tools/tiny-model
 	@$(PY) -m felab.engines.tiny_model
 
-test-engines: $(ENGINES_STAMP) ## real llama.cpp and MLX with the tiny model (each skips, saying why, if missing)
+test-engines: $(call EXTRA,engines) $(call EXTRA,dev) ## real llama.cpp and MLX with the tiny model (each skips, saying why, if missing)
 	$(PY) -m pytest -m engines tests/engines
 
-lint: $(STAMP) ## ruff over the kit
+lint: $(call EXTRA,dev) ## ruff (lint and format) over the kit, and mypy over felab/
 	$(PY) -m ruff check felab lessons tests
+	$(PY) -m ruff format --check felab lessons tests
+	$(PY) -m mypy
 
 test: lint ## lint, then the test suite (fast, offline)
 	$(PY) -m pytest

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -22,7 +23,7 @@ import openai
 from felab.course.lessons import LESSONS_DIR, discover
 from felab.errors import EXIT_ERROR, FelabError
 from felab.mock_server.launch import practice_server
-from felab.paths import KIT_ROOT, load_env
+from felab.paths import KIT_ROOT, from_here, load_env
 from felab.results import read_records, results_path
 from felab.tables import table
 from felab.targets import TARGETS, default_url
@@ -41,6 +42,18 @@ class FelabGroup(click.Group):
                 raise
             click.echo(f"error: {exc.message}", err=True)
             ctx.exit(EXIT_ERROR)
+
+
+def require_extra(module: str, make_target: str) -> None:
+    """Stop with a clear message when an optional part of the kit is not installed yet.
+
+    Each extra (pyproject.toml) installs on first use of its make target, so that is the advice.
+    """
+    if importlib.util.find_spec(module) is None:
+        raise FelabError(
+            f"this command needs {module}, which is not installed in this environment. Run "
+            f"`{from_here('make ' + make_target)}` instead: it installs it into the kit's .venv once."
+        )
 
 
 @click.group(cls=FelabGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -165,6 +178,7 @@ def fw_check() -> None:
       make fw-check
       FIREWORKS_ACCOUNT_ID=my-account python -m felab fw-check
     """
+    require_extra("fireworks", "fw-check")
     from felab.fireworks.billing import check  # imports the fireworks SDK: only when this command runs
 
     text, status = check()
@@ -184,6 +198,7 @@ def bundle_build() -> None:
     Warnings are errors: a broken link or a missing include stops the build.
     Run it again after a run to fill in the new numbers.
     """
+    require_extra("mkdocs", "bundle")
     from felab.course import bundle as b  # MkDocs loads only for this command
 
     site = b.build()
@@ -229,6 +244,9 @@ def numbers(fmt: str | None) -> None:
         return
     click.echo(nb.as_text(found))
     for key, rows in found.items():
+        if importlib.util.find_spec("matplotlib") is None:
+            click.echo(f"(no TTFT picture: `{from_here('make numbers')}` installs what draws it)")
+            break
         picture = nb.plot_ttft(key, rows)
         if picture:
             click.echo(f"picture: {picture}")

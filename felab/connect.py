@@ -52,8 +52,10 @@ def served_model(target: Target) -> str:
 class TargetClient(openai.OpenAI):
     """An `openai.OpenAI` client that remembers its Target, so errors can name it."""
 
-    def __init__(self, target: Target, **kwargs: object) -> None:
-        super().__init__(base_url=target.base_url, api_key=target.api_key, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, target: Target, *, timeout: float, max_retries: int) -> None:
+        super().__init__(
+            base_url=target.base_url, api_key=target.api_key, timeout=timeout, max_retries=max_retries
+        )
         self.target = target
 
 

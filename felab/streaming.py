@@ -120,7 +120,9 @@ def stream_once(
     ttft = last = None
     gaps: list[float] = []
     chunks = 0
-    completions = cli.chat.completions  # the SDK loads this lazily: keep that out of the clock
+    # The SDK loads this lazily: keep that out of the clock. (Typed Any: its create() overloads
+    # cannot be told apart with **extra.)
+    completions: Any = cli.chat.completions
     stream = None
     t0 = time.perf_counter()
     try:
@@ -130,7 +132,7 @@ def stream_once(
         for chunk in stream:
             if chunk.choices and has_text(chunk.choices[0].delta):
                 now = time.perf_counter()
-                if ttft is None:
+                if last is None:
                     ttft = now - t0
                 else:
                     gaps.append((now - last) * 1000)
@@ -160,7 +162,8 @@ def usage_once(
 ) -> Usage:
     """One non-streamed call, for the token counts the server reports in `usage`."""
     try:
-        reply = cli.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens, **extra)
+        completions: Any = cli.chat.completions  # as in stream_once
+        reply = completions.create(model=model, messages=messages, max_tokens=max_tokens, **extra)
     except openai.OpenAIError as exc:
         raise explain(exc, _target(cli)) from exc
     return read_usage(reply.usage, getattr(reply, "timings", None))

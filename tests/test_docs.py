@@ -3,6 +3,7 @@ run as shown (make targets exist, scripts exist, their flags are accepted)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,29 @@ def test_a_flag_counts_only_where_help_defines_options() -> None:
     parser.add_argument("--real", help="a real flag")
     part = options_part(parser.format_help())
     assert "--real" in part and "--ghost" not in part
+
+
+def test_the_architecture_table_names_every_module_and_only_those() -> None:
+    page = (KIT_ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| `(felab/[\w/]+\.py)` \|", page, re.MULTILINE))
+    on_disk = {str(p.relative_to(KIT_ROOT)) for p in (KIT_ROOT / "felab").rglob("*.py")}
+    assert not on_disk - listed, f"modules missing from docs/architecture.md: {sorted(on_disk - listed)}"
+    assert not listed - on_disk, (
+        f"docs/architecture.md lists modules that do not exist: {sorted(listed - on_disk)}"
+    )
+
+
+def test_the_practice_server_imports_nothing_of_the_learners_library_or_the_sdk() -> None:
+    # Its start stays light (no openai import), and the layout's boundary holds: only
+    # launch.py (which waits with the SDK) and fidelity.py (which measures the SDK) may.
+    allowed = {"launch.py", "fidelity.py"}
+    for path in (KIT_ROOT / "felab" / "mock_server").glob("*.py"):
+        if path.name in allowed:
+            continue
+        imports = re.findall(r"^\s*(?:from|import) ([\w.]+)", path.read_text(encoding="utf-8"), re.MULTILINE)
+        outside = [
+            m
+            for m in imports
+            if m == "openai" or (m.startswith("felab") and not m.startswith("felab.mock_server"))
+        ]
+        assert not outside, f"{path.name} imports {outside}"

@@ -119,7 +119,7 @@ def numbers_form(lesson: str) -> str:
 
 def all_numbers(titles: dict[str, str]) -> str:
     """The wrap-up's table of every lesson's numbers and its CSV (prefills; numbers.js adds typed values)."""
-    items = []
+    items: list[dict[str, Any]] = []
     for lesson, fields in NUMBERS.items():
         found = prefills(lesson)
         for f in fields:
@@ -224,7 +224,8 @@ def readme_block(folder: Path) -> str:
     readme = folder / "README.md"
     if not readme.is_file():
         raise FelabError(f"the page of {folder.name} includes its README, but {readme} does not exist.")
-    out, fence = [], None
+    out: list[str] = []
+    fence: str | None = None
     for line in readme.read_text(encoding="utf-8").splitlines():
         opening = re.match(r"^\s*(`{3,}|~{3,})", line)
         if opening and (fence is None or opening.group(1).startswith(fence)):

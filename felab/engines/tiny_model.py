@@ -118,6 +118,8 @@ def lesson06_prompts() -> list[str]:
     if not path.is_file():
         return []
     spec = importlib.util.spec_from_file_location("_felab_prefix_bench", path)
+    if spec is None or spec.loader is None:
+        return []
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)  # lesson scripts run nothing at import

@@ -71,7 +71,12 @@ class Intake:
 
     async def _refuse(self, send: Any) -> None:
         response = ApiError(413, f"Request body larger than {self.limit} bytes.").response()
-        await response({"type": "http"}, None, send)
+        await response({"type": "http"}, _closed, send)
+
+
+async def _closed() -> dict:
+    """A `receive` for a reply sent without reading the rest of the body."""
+    return {"type": "http.disconnect"}
 
 
 def _replay(body: bytes, receive: Any) -> Callable[[], Any]:

@@ -69,7 +69,7 @@ def render(replicas: Sequence[HasStats], model: str, now: float, faults: dict[st
         lambda s: sum(turn.start > now for turn in s.in_flight.values()),
     )
 
-    name, rows = "vllm:time_to_first_token_seconds", []
+    name, rows = "vllm:time_to_first_token_seconds", list[tuple[str, float]]()
     for r in replicas:
         s = r.stats
         counts = zip(TTFT_BUCKETS_S, s.ttft_bucket_counts, strict=True)
