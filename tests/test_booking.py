@@ -1,0 +1,95 @@
+"""The booking core, with no server and no clock: the test says what time it is.
+
+Every expected time below is worked out by hand from the lesson's defaults
+(15 ms overhead, prefill 2,500 tokens/s, decode 400 tokens/s, 64-token blocks).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from felab.mock_server.booking import PracticeModel, Prompt
+from felab.mock_server.config import Settings
+
+BLOCK = 64
+
+
+def prompt(blocks: list[int], extra_tokens: int = 0, session: str | None = None) -> Prompt:
+    """A prompt of these block ids (as keys) plus a tail shorter than a block."""
+    return Prompt(len(blocks) * BLOCK + extra_tokens, blocks, session)
+
+
+def test_a_cold_prompt_pays_overhead_and_all_of_its_prefill() -> None:
+    model = PracticeModel(Settings())
+    b = model.book(prompt(list(range(47)), extra_tokens=37), reply_tokens=5, arrival=10.0, now=10.0)
+    assert b.prompt_tokens == 47 * 64 + 37 == 3045 and b.cached_tokens == 0
+    assert b.ttft_s == pytest.approx(0.015 + 3045 / 2500)  # the lesson's ~1,233 ms
+    assert b.token_at(4) == pytest.approx(b.first_token_at + 4 / 400)
+    assert b.usage()["prompt_tokens_details"] == {"cached_tokens": 0}
+
+
+def test_the_same_opening_again_reads_only_its_new_tail() -> None:
+    model = PracticeModel(Settings())
+    model.book(prompt(list(range(47)), 37), 5, arrival=0.0, now=0.0)
+    again = model.book(prompt(list(range(47)), 50), 5, arrival=5.0, now=5.0)
+    assert again.cached_tokens == 47 * 64
+    assert again.ttft_s == pytest.approx(0.015 + 50 / 2500)  # ~35 ms: the lesson's calls 2-12
+
+
+def test_a_prompt_finds_the_blocks_of_one_booked_just_before_it_and_waits_its_turn() -> None:
+    model = PracticeModel(Settings())
+    first = model.book(prompt(list(range(40))), 1, arrival=0.0, now=0.0)
+    second = model.book(prompt(list(range(40)) + [99]), 1, arrival=0.0, now=0.0)
+    assert second.cached_tokens == 40 * 64  # booked behind it in the FIFO lane: read by then
+    assert second.turn.start == pytest.approx(first.first_token_at)
+    assert second.queue_s == pytest.approx(first.first_token_at - 0.015)
+    assert second.first_token_at == pytest.approx(first.first_token_at + 64 / 2500)
+
+
+def test_blocks_expire_in_the_callers_time_not_the_wall_clock() -> None:
+    model = PracticeModel(Settings(cache_ttl_s=60))
+    model.book(prompt([1, 2, 3]), 1, arrival=0.0, now=0.0)
+    assert model.book(prompt([1, 2, 3]), 1, arrival=50.0, now=50.0).cached_tokens == 3 * 64
+    # used at ~50 s; 61 s of trace time later it is gone, though no real time passed
+    assert model.book(prompt([1, 2, 3]), 1, arrival=111.1, now=111.1).cached_tokens == 0
+
+
+def test_capacity_evicts_the_least_recently_used_block() -> None:
+    model = PracticeModel(Settings(cache_blocks=4))
+    model.book(prompt([1, 2]), 1, arrival=0.0, now=0.0)
+    model.book(prompt([3, 4]), 1, arrival=1.0, now=1.0)
+    model.book(prompt([1, 2]), 1, arrival=2.0, now=2.0)  # 1, 2 used again: 3, 4 are the oldest
+    model.book(prompt([5]), 1, arrival=3.0, now=3.0)  # one over: block 4 (a tail) goes first
+    assert model.book(prompt([3, 4]), 1, arrival=4.0, now=4.0).cached_tokens == 64
+
+
+def test_affinity_keeps_a_session_on_one_replica_and_its_cache() -> None:
+    model = PracticeModel(Settings(replicas=18, route="affinity"))
+    turns = [model.book(prompt(list(range(10 + t)), session="s1"), 1, float(t), float(t)) for t in range(5)]
+    assert len({b.replica.index for b in turns}) == 1
+    assert [b.cached_tokens for b in turns[1:]] == [(10 + t) * 64 for t in range(4)]
+
+
+def test_a_cancelled_request_gives_its_lane_time_to_the_ones_behind_it() -> None:
+    model = PracticeModel(Settings())
+    big = [model.book(prompt([1000 * i + k for k in range(40)]), 1, 0.0, 0.0) for i in range(3)]
+    tiny = model.book(prompt([], extra_tokens=10), 1, 0.0, 0.0)
+    each = 40 * 64 / 2500  # 1.024 s a prompt
+    assert tiny.turn.start == pytest.approx(0.015 + 3 * each)
+    # At 0.3 s the clients of the second and third prompts hang up: neither started its prefill.
+    assert model.cancel(big[1], now=0.3)  # the third and the tiny one move up
+    assert big[2].turn.start == pytest.approx(0.015 + each)
+    assert model.cancel(big[2], now=0.3)  # the tiny one moves up again
+    assert tiny.turn.start == pytest.approx(0.015 + each)  # only the first, which was prefilling, is kept
+    # The first hangs up half way: it keeps what it used, the tiny prompt starts at once.
+    assert model.cancel(big[0], now=0.5)
+    assert tiny.turn.start == pytest.approx(0.5)
+    assert not big[0].replica.stats.in_flight.keys() - {tiny.rid}
+
+
+def test_reset_forgets_every_block_of_every_replica() -> None:
+    model = PracticeModel(Settings(replicas=3, route="round-robin"))
+    for t in range(3):
+        model.book(prompt([t, t + 10]), 1, 0.0, 0.0)
+    assert model.reset_caches() == 6
+    assert model.book(prompt([0, 10]), 1, 1.0, 1.0).cached_tokens == 0
