@@ -51,7 +51,7 @@ from urllib.parse import quote
 from felab.course.lessons import discover
 from felab.course.numbers import NUMBERS, prefills
 from felab.errors import FelabError
-from felab.paths import KIT_ROOT
+from felab.paths import KIT_ROOT, from_here
 
 STAGING = Path("build") / "bundle-src"
 SITE = Path("build") / "bundle"
@@ -417,8 +417,8 @@ def build(root: Path = KIT_ROOT, site: Path | None = None, staging: Path | None 
         from mkdocs.exceptions import Abort, MkDocsException
     except ImportError as exc:
         raise FelabError(
-            f"building the course pages needs MkDocs ({exc.name} is missing): run `make setup`, "
-            f"or `pip install -e '.[dev]'` in the kit's environment."
+            f"building the course pages needs MkDocs ({exc.name} is missing): run "
+            f"`{from_here('make bundle')}`, which installs the kit's course extra into .venv once."
         ) from None
     staging, nav = assemble(root, staging)
     site = site or root / SITE
