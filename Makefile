@@ -74,5 +74,5 @@ lint: $(call EXTRA,dev) ## ruff (lint and format) over the kit, and mypy over fe
 	$(PY) -m ruff format --check felab lessons tests
 	$(PY) -m mypy
 
-test: lint ## lint, then the test suite (fast, offline)
-	$(PY) -m pytest
+test: lint ## lint, then the test suite (offline, about two minutes)
+	$(PY) -m pytest -n 4
