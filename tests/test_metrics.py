@@ -3,30 +3,32 @@
 from __future__ import annotations
 
 import json
-import re
 from collections import defaultdict
 
 import httpx
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from felab.mock_server.fleet import TTFT_BUCKETS_S, ReplicaStats
 from felab.mock_server.launch import practice_server
-from felab.mock_server.metrics import render
+from felab.mock_server.metrics import Snapshot, read_page, registry, render
 from felab.mock_server.timing import Prefill
 
 MODEL = "felab-practice"
-SERIES = re.compile(r"^([a-z_:]+)(?:\{(.*)\})? (\S+)$")
 
 
 def parse(page: str) -> dict[tuple[str, frozenset], float]:
-    """Every sample of a Prometheus text page, keyed by name and labels."""
-    samples = {}
-    for line in page.splitlines():
-        if line.startswith("#") or not line:
-            continue
-        name, labels, value = SERIES.match(line).groups()
-        pairs = frozenset(re.findall(r'(\w+)="([^"]*)"', labels or ""))
-        samples[(name, pairs)] = float(value)
-    return samples
+    """Every sample of a Prometheus text page, keyed by name and labels, as prometheus_client reads it."""
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(page)
+        for sample in family.samples
+    }
+
+
+def page_of(r: One, now: float) -> str:
+    """The page a server with this one replica would answer at loop time `now`."""
+    return render(registry(MODEL, lambda: Snapshot([r], {}, now))).decode()
 
 
 def per_replica(samples: dict, name: str) -> dict[str, float]:
@@ -88,6 +90,8 @@ def test_the_warm_up_request_is_not_counted() -> None:
 
 
 class One:
+    """A replica as the page reads it: an index and its counters."""
+
     index = 0
 
     def __init__(self) -> None:
@@ -98,7 +102,7 @@ def test_histogram_buckets_are_cumulative_and_gauges_follow_the_lane() -> None:
     r = One()
     r.stats.admit("a", prompt=100, cached=64, reply=5, turn=Prefill(10.0, 0.02, 10.0), ttft_s=0.03)
     r.stats.admit("b", prompt=100, cached=0, reply=5, turn=Prefill(10.0, 1.0, 12.0), ttft_s=3.0)
-    samples = parse(render([r], MODEL, now=11.0, faults={}))
+    samples = parse(page_of(r, now=11.0))
     buckets = [
         samples[
             (
@@ -113,6 +117,22 @@ def test_histogram_buckets_are_cumulative_and_gauges_follow_the_lane() -> None:
     assert per_replica(samples, "vllm:num_requests_running") == {"0": 1}  # a is prefilling at t=11
     assert per_replica(samples, "vllm:num_requests_waiting") == {"0": 1}  # b waits for the lane
     r.stats.in_flight.clear()  # both replies over
-    samples = parse(render([r], MODEL, now=11.0, faults={}))
+    samples = parse(page_of(r, now=11.0))
     assert per_replica(samples, "vllm:num_requests_running") == {"0": 0}
     assert per_replica(samples, "vllm:prefix_cache_hits_total") == {"0": 64}
+
+
+def test_read_page_sums_each_sample_over_its_labels_on_a_page_written_as_vllm_writes_it() -> None:
+    # vLLM counts with prometheus_client's Counter and Histogram, whose page also has _created series.
+    reg = CollectorRegistry()
+    hits = Counter("vllm:prefix_cache_hits", "Hits.", ["model_name", "engine"], registry=reg)
+    hits.labels("m", "0").inc(5)
+    hits.labels("m", "1").inc(7)
+    ttft = Histogram("vllm:time_to_first_token_seconds", "TTFT.", ["model_name"], registry=reg)
+    ttft.labels("m").observe(0.2)
+    ttft.labels("m").observe(0.4)
+    totals = read_page(generate_latest(reg).decode())
+    assert totals["vllm:prefix_cache_hits_total"] == 12
+    assert totals["vllm:time_to_first_token_seconds_count"] == 2
+    assert abs(totals["vllm:time_to_first_token_seconds_sum"] - 0.6) < 1e-9
+    assert not [name for name in totals if name.endswith(("_bucket", "_created"))]

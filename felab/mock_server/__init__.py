@@ -10,10 +10,11 @@ Read it in this order; each file holds one idea:
     fleet.py     replicas, how a request picks one, and each replica's counters
     booking.py   the booking core: route, look up, queue, insert, count; no HTTP
     app.py       the HTTP layer: OpenAI's routes, translated to and from the core
-    wire.py      OpenAI's request bodies and error envelope
+    replies.py   what a reply says, in chat's or legacy completions' shape
+    wire.py      OpenAI's request bodies (sampling fields checked) and error envelope
     intake.py    how a request comes in: arrival time, body limit, one admission at a time
     faults.py    failures on purpose (--fail-rate)
-    metrics.py   GET /metrics, with vLLM's names
+    metrics.py   GET /metrics, with vLLM's names, by prometheus_client
     serve.py     the command line
     launch.py    a throw-away server on a free port (make demo, make smoke, tests)
     fidelity.py  make bench: measured TTFT against the model's prediction

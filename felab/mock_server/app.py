@@ -10,7 +10,9 @@ elsewhere, each in one short place: the cache (cache.py), the timing
 failures on purpose (faults.py), /metrics (metrics.py), and how a request
 comes in (intake.py).
 
-What it serves: `POST /v1/chat/completions` (streamed or not), `GET /v1/models`,
+What it serves: `POST /v1/chat/completions` and `POST /v1/completions` (legacy
+completions), streamed or not, through the same booking and the same reply code
+(replies.py holds the two shapes); `GET /v1/models` and `GET /v1/models/{id}`;
 `GET /health`, `GET /metrics`, and `POST /admin/reset`, which empties the prefix
 caches without a restart. Usage reports `prompt_tokens_details.cached_tokens` as
 vLLM, SGLang and Fireworks do; the `x-felab-replica` header says which replica
@@ -24,14 +26,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from felab.mock_server import metrics
@@ -40,7 +41,16 @@ from felab.mock_server.cache import block_keys, tokenize
 from felab.mock_server.config import Settings
 from felab.mock_server.faults import ERRORS, RETRY_AFTER_S, Faults, StreamCut
 from felab.mock_server.intake import Admission, Intake
-from felab.mock_server.wire import ApiError, ChatRequest, chat_template, validation_message
+from felab.mock_server.replies import CHAT, COMPLETION, DONE, Reply, Shape, reply_text
+from felab.mock_server.wire import (
+    ApiError,
+    ChatRequest,
+    CompletionRequest,
+    Sampling,
+    StreamOptions,
+    refuse,
+    validation_error,
+)
 
 
 @dataclass
@@ -64,14 +74,6 @@ class ServerState:
             event = self.moved.pop(booking.replica.index, None)
             if event:
                 event.set()
-
-
-WORDS = ("This", " is", " the", " practice", " server", " answering", " with", " placeholder", " words", ".")
-
-
-def reply_words(n: int) -> list[str]:
-    """The generated text: placeholder words, one token each (the practice server has no model)."""
-    return [WORDS[i % len(WORDS)] for i in range(n)]
 
 
 # ── Waiting for the booked times ─────────────────────────────────────────────
@@ -116,53 +118,23 @@ async def hung_up(request: Request) -> None:
 # ── Replies ──────────────────────────────────────────────────────────────────
 
 
-@dataclass(frozen=True)
-class Reply:
-    """What a reply needs besides its booking: the request's wishes and the fault drawn for it."""
-
-    model: str
-    stream: bool
-    include_usage: bool
-    fault: str | None
-    created: int = field(default_factory=lambda: int(time.time()))
-
-    def envelope(self, booking: Booking, obj: str) -> dict[str, Any]:
-        return {
-            "id": f"chatcmpl-felab-{booking.rid}",
-            "object": obj,
-            "created": self.created,
-            "model": self.model,
-        }
-
-
-def frame(data: dict[str, Any]) -> str:
-    """One server-sent event."""
-    return f"data: {json.dumps(data)}\n\n"
-
-
-async def chat_events(state: ServerState, booking: Booking, reply: Reply) -> AsyncIterator[str]:
-    """A streamed chat reply: a role chunk at once, then one chunk per token at its booked time."""
-    words, done = reply_words(booking.reply_tokens), False
-
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
-        choice = {"index": 0, "delta": delta, "finish_reason": finish}
-        return frame({**reply.envelope(booking, "chat.completion.chunk"), "choices": [choice]})
-
+async def stream_events(state: ServerState, booking: Booking, reply: Reply) -> AsyncIterator[str]:
+    """A streamed reply (chat or completion): any opening at once, then one chunk per token at its time."""
+    done = False
     try:
-        # The role arrives at once, as on many servers; a TTFT taken at the first
-        # chunk of any kind would read ~0 ms here. felab waits for content.
-        yield chunk({"role": "assistant", "content": ""})
+        # Chat's role chunk arrives at once, as on many servers; a TTFT taken at the
+        # first chunk of any kind would read ~0 ms here. felab waits for content.
+        if opening := reply.opening(booking):
+            yield opening
         await until_first_token(state, booking)
-        for i, word in enumerate(words):
+        for i in range(booking.reply_tokens):
             await sleep_until(booking.token_at(i))
-            if reply.fault == "cut" and i == len(words) // 2:
+            if reply.fault == "cut" and i == booking.reply_tokens // 2:
                 raise StreamCut(booking.rid)  # uvicorn closes the connection mid-body
-            yield chunk({"content": word}, "length" if i == len(words) - 1 else None)
+            yield reply.token(booking, i)
         if reply.include_usage:  # the usage comes last, with no choices
-            yield frame(
-                {**reply.envelope(booking, "chat.completion.chunk"), "choices": [], "usage": booking.usage()}
-            )
-        yield "data: [DONE]\n\n"
+            yield reply.usage(booking)
+        yield DONE
         done = True
     finally:  # also when the client goes away mid-reply
         if done:
@@ -171,8 +143,8 @@ async def chat_events(state: ServerState, booking: Booking, reply: Reply) -> Asy
             state.cancel(booking, asyncio.get_running_loop().time())
 
 
-async def chat_whole(state: ServerState, booking: Booking, reply: Reply, request: Request) -> Response:
-    """A chat reply in one piece, sent when its last token is due (499 if the client hung up first)."""
+async def whole_reply(state: ServerState, booking: Booking, reply: Reply, request: Request) -> Response:
+    """A reply in one piece, sent when its last token is due (499 if the client hung up first)."""
     loop = asyncio.get_running_loop()
     gone = asyncio.ensure_future(hung_up(request))
     try:
@@ -183,10 +155,10 @@ async def chat_whole(state: ServerState, booking: Booking, reply: Reply, request
         state.cancel(booking, loop.time())
         return Response(status_code=CLIENT_CLOSED)  # nobody reads it; nginx's code for this
     state.model.finish(booking)
-    message = {"role": "assistant", "content": "".join(reply_words(booking.reply_tokens))}
-    choice = {"index": 0, "message": message, "finish_reason": "length"}
-    body = {**reply.envelope(booking, "chat.completion"), "choices": [choice], "usage": booking.usage()}
-    return JSONResponse(body, headers=headers_for(booking))
+    return JSONResponse(reply.whole(booking), headers=headers_for(booking))
+
+
+# ── Booking a request ────────────────────────────────────────────────────────
 
 
 def headers_for(booking: Booking) -> dict[str, str]:
@@ -196,18 +168,15 @@ def headers_for(booking: Booking) -> dict[str, str]:
     }
 
 
-# ── Booking a request ────────────────────────────────────────────────────────
-
-
-def reply_length(req: ChatRequest, settings: Settings, prompt_tokens: int) -> int:
+def reply_length(req: Sampling, settings: Settings, prompt_tokens: int) -> int:
     """The reply's length in tokens; a 400 if prompt and reply do not fit the context."""
-    max_tokens = req.max_completion_tokens or req.max_tokens or settings.default_max_tokens
+    max_tokens = req.reply_limit() or settings.default_max_tokens
     if prompt_tokens + max_tokens > settings.context_tokens:
         message = (
             f"This model's maximum context length is {settings.context_tokens} tokens; "
             f"the request has {prompt_tokens} prompt tokens and asks for {max_tokens} more."
         )
-        raise ApiError(400, message, param="messages", code="context_length_exceeded")
+        raise ApiError(400, message, param=req.prompt_field, code="context_length_exceeded")
     return max_tokens
 
 
@@ -221,21 +190,43 @@ def draw_fault(faults: Faults) -> str | None:
     return fault
 
 
-def book(state: ServerState, request: Request, req: ChatRequest, text: str) -> tuple[Booking, Reply]:
-    """Check the request, draw its fault, and book its prompt in the model."""
+def book(
+    state: ServerState, request: Request, req: Sampling, text: str, shape: Shape
+) -> tuple[Booking, Reply]:
+    """Check the request, draw its fault, and book its prompt in the model (chat and completions alike)."""
     s = state.settings
     if req.model != s.model:
-        raise ApiError(404, f"The model `{req.model}` does not exist.", param="model", code="model_not_found")
+        raise unknown_model(req.model)
+    refuse(req)
     tokens = tokenize(text)
-    max_tokens = reply_length(req, s, len(tokens))
+    words, finish = reply_text(reply_length(req, s, len(tokens)), req.stops())
     fault = draw_fault(state.faults)
     session = request.headers.get("x-session-affinity") or req.user
     prompt = Prompt(len(tokens), block_keys(tokens, s.block_tokens), session)  # hashed once, on arrival
     intake: Admission = request.state.intake
-    booking = state.model.book(prompt, max_tokens, intake.arrival, asyncio.get_running_loop().time())
+    booking = state.model.book(prompt, len(words), intake.arrival, asyncio.get_running_loop().time())
     intake.admitted()  # booked: the next request may be admitted
-    include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    return booking, Reply(s.model, req.stream, include_usage, fault)
+    usage = req.stream_options or StreamOptions()
+    continuous = usage.include_usage and usage.continuous_usage_stats  # as vLLM: only with include_usage
+    return booking, Reply(shape, s.model, words, finish, req.stream, usage.include_usage, continuous, fault)
+
+
+async def answer(state: ServerState, request: Request, req: Sampling, text: str, shape: Shape) -> Response:
+    """Book the request, then write its reply, streamed or whole, at the booked times."""
+    booking, reply = book(state, request, req, text, shape)
+    if reply.stream:
+        events = stream_events(state, booking, reply)
+        return StreamingResponse(events, media_type="text/event-stream", headers=headers_for(booking))
+    return await whole_reply(state, booking, reply, request)
+
+
+def unknown_model(model: str) -> ApiError:
+    return ApiError(404, f"The model `{model}` does not exist.", param="model", code="model_not_found")
+
+
+def model_card(settings: Settings) -> dict[str, Any]:
+    """The model object of `GET /v1/models` and `GET /v1/models/{id}`."""
+    return {"id": settings.model, "object": "model", "created": 0, "owned_by": "felab"}
 
 
 # ── The app ──────────────────────────────────────────────────────────────────
@@ -266,8 +257,7 @@ def add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        message, param = validation_message(exc)
-        return ApiError(400, message, param=param).response()
+        return validation_error(exc).response()
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -283,22 +273,7 @@ def add_routes(app: FastAPI, settings: Settings) -> None:
     def state() -> ServerState:
         return app.state.felab
 
-    @app.get("/health")
-    async def health() -> dict:
-        return {"status": "ok"}
-
-    @app.get("/v1/models")
-    async def models() -> dict:
-        entry = {"id": settings.model, "object": "model", "created": 0, "owned_by": "felab"}
-        return {"object": "list", "data": [entry]}
-
-    @app.get("/metrics")
-    async def prometheus() -> PlainTextResponse:
-        s = state()
-        page = metrics.render(
-            s.model.fleet.replicas, settings.model, asyncio.get_running_loop().time(), s.faults.injected
-        )
-        return PlainTextResponse(page, media_type=metrics.CONTENT_TYPE)
+    add_info_routes(app, settings, state)
 
     @app.post("/admin/reset")
     async def reset() -> dict:
@@ -307,29 +282,60 @@ def add_routes(app: FastAPI, settings: Settings) -> None:
 
     @app.post("/v1/chat/completions")
     async def chat(req: ChatRequest, request: Request) -> Response:
-        booking, reply = book(state(), request, req, chat_template(req.messages))
-        if reply.stream:
-            events = chat_events(state(), booking, reply)
-            return StreamingResponse(events, media_type="text/event-stream", headers=headers_for(booking))
-        return await chat_whole(state(), booking, reply, request)
+        return await answer(state(), request, req, req.prompt_text(), CHAT)
+
+    @app.post("/v1/completions")
+    async def completions(req: CompletionRequest, request: Request) -> Response:
+        return await answer(state(), request, req, req.prompt_text(), COMPLETION)
+
+
+def add_info_routes(app: FastAPI, settings: Settings, state: Callable[[], ServerState]) -> None:
+    """The routes that only read: health, the model (listed or looked up), and /metrics."""
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [model_card(settings)]}
+
+    @app.get("/v1/models/{model_id:path}")  # an id may hold slashes (org/name)
+    async def model(model_id: str) -> dict:
+        """One model, as the openai SDK's `models.retrieve` asks for it."""
+        if model_id != settings.model:
+            raise unknown_model(model_id)
+        return model_card(settings)
+
+    def snapshot() -> metrics.Snapshot:
+        s = state()
+        return metrics.Snapshot(s.model.fleet.replicas, s.faults.injected, asyncio.get_running_loop().time())
+
+    page = metrics.registry(settings.model, snapshot)  # this server's own registry
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(page), media_type=metrics.CONTENT_TYPE)
 
 
 async def warm_up(app: Any, model: str) -> None:
-    """Send one tiny request through the app in-process before serving anyone.
+    """Send one tiny request to each generating route, in-process, before serving anyone.
 
     The first request through FastAPI does one-time work (imports, building
     validators) worth tens of milliseconds, which would land on the learner's
     first, cold call and inflate it. Real servers warm up too: vLLM and
     llama.cpp run a dummy batch before they accept traffic.
     """
-    body = json.dumps(
-        {
-            "model": model,
-            "messages": [{"role": "user", "content": "warm up"}],
-            "max_tokens": 1,
-            "stream": True,
-        }
-    ).encode()
+    common = {"model": model, "max_tokens": 1, "stream": True}
+    await send_in_process(
+        app, "/v1/chat/completions", {**common, "messages": [{"role": "user", "content": "hi"}]}
+    )
+    await send_in_process(app, "/v1/completions", {**common, "prompt": "hi"})
+
+
+async def send_in_process(app: Any, path: str, payload: dict[str, Any]) -> None:
+    """POST a JSON body to the ASGI app directly (no socket) and drop the reply."""
+    body = json.dumps(payload).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     scope = {
         "type": "http",
@@ -337,8 +343,8 @@ async def warm_up(app: Any, model: str) -> None:
         "http_version": "1.1",
         "method": "POST",
         "scheme": "http",
-        "path": "/v1/chat/completions",
-        "raw_path": b"/v1/chat/completions",
+        "path": path,
+        "raw_path": path.encode(),
         "query_string": b"",
         "root_path": "",
         "headers": headers,

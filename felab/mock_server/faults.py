@@ -1,6 +1,6 @@
 """Failure injection: the errors real servers send, on purpose (`--fail-rate`, `--fail-types`).
 
-Off by default. With `--fail-rate 0.1`, one valid chat request in ten (drawn
+Off by default. With `--fail-rate 0.1`, one valid chat or completion request in ten (drawn
 with a generator seeded by `--seed`, so a run can be repeated) fails as one of:
 
     429  rate limited: OpenAI's `rate_limit_exceeded`, with `retry-after: 1`

@@ -101,7 +101,11 @@ def summary(label: str, calls: list[dict]) -> dict:
 
 
 def server_count(url: str, calls: list[dict]) -> str:
-    """The server's own count (its /metrics, with vLLM's names) next to what usage told the client."""
+    """The server's own count next to what usage told the client.
+
+    `scrape()` reads the server's /metrics with prometheus_client's parser (as a Prometheus
+    scraper would) and adds each counter up over its replicas; the names are vLLM's.
+    """
     m = scrape(url)
     hits, queries = m["vllm:prefix_cache_hits_total"], m["vllm:prefix_cache_queries_total"]
     cached, prompt = sum(c["cached"] for c in calls), sum(c["prompt"] for c in calls)
