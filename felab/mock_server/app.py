@@ -30,10 +30,11 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
 
 from felab.mock_server import metrics
 from felab.mock_server.booking import Booking, PracticeModel, Prompt
@@ -48,8 +49,8 @@ from felab.mock_server.wire import (
     CompletionRequest,
     Sampling,
     StreamOptions,
+    parse,
     refuse,
-    validation_error,
 )
 
 
@@ -233,79 +234,77 @@ def model_card(settings: Settings) -> dict[str, Any]:
 
 
 def create_app(settings: Settings | None = None) -> Intake:
-    """Build the practice server's ASGI app (FastAPI behind the intake); `uvicorn` or a test serves it."""
+    """Build the practice server's ASGI app (Starlette behind the intake); `uvicorn` or a test serves it."""
     settings = settings or Settings()
 
     @contextlib.asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
         await warm_up(wrapped, settings.model)
         app.state.felab = ServerState.fresh(settings)  # forget the warm-up entirely
         yield
 
-    app = FastAPI(
-        title="felab practice server", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
-    )
+    def state() -> ServerState:
+        return app.state.felab
+
+    app = Starlette(routes=routes(settings, state), exception_handlers=ERROR_HANDLERS, lifespan=lifespan)
     app.state.felab = ServerState.fresh(replace(settings, fail_rate=0.0))  # the warm-up must not fail
-    add_error_handlers(app)
-    add_routes(app, settings)
     wrapped = Intake(app, settings.max_body_bytes)
     return wrapped
 
 
-def add_error_handlers(app: FastAPI) -> None:
-    """Every error in OpenAI's envelope: 400 for a bad body (not FastAPI's 422), 404/405 for routes."""
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return validation_error(exc).response()
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        text = {404: "Unknown route.", 405: "Method not allowed on this route."}
-        return ApiError(exc.status_code, text.get(exc.status_code, str(exc.detail))).response()
-
-    @app.exception_handler(ApiError)
-    async def _api(_: Request, exc: ApiError) -> JSONResponse:
-        return exc.response()
+async def api_error(_: Request, exc: Exception) -> Response:
+    """An ApiError raised anywhere in a route goes out in OpenAI's envelope."""
+    assert isinstance(exc, ApiError)
+    return exc.response()
 
 
-def add_routes(app: FastAPI, settings: Settings) -> None:
-    def state() -> ServerState:
-        return app.state.felab
+async def route_error(_: Request, exc: Exception) -> Response:
+    """Unknown routes (404) and wrong methods (405), in OpenAI's envelope too."""
+    assert isinstance(exc, HTTPException)
+    text = {404: "Unknown route.", 405: "Method not allowed on this route."}
+    return ApiError(exc.status_code, text.get(exc.status_code, str(exc.detail))).response()
 
-    add_info_routes(app, settings, state)
 
-    @app.post("/admin/reset")
-    async def reset() -> dict:
-        """Forget every cached block of every replica, as a restart would."""
-        return {"cleared_blocks": state().model.reset_caches()}
+ERROR_HANDLERS = {ApiError: api_error, HTTPException: route_error}
 
-    @app.post("/v1/chat/completions")
-    async def chat(req: ChatRequest, request: Request) -> Response:
+
+def routes(settings: Settings, state: Callable[[], ServerState]) -> list[Route]:
+    """The routes that generate (booked in the model) and the ones that only read or reset."""
+
+    async def chat(request: Request) -> Response:
+        req = parse(ChatRequest, await request.body())
         return await answer(state(), request, req, req.prompt_text(), CHAT)
 
-    @app.post("/v1/completions")
-    async def completions(req: CompletionRequest, request: Request) -> Response:
+    async def completions(request: Request) -> Response:
+        req = parse(CompletionRequest, await request.body())
         return await answer(state(), request, req, req.prompt_text(), COMPLETION)
 
+    async def reset(_: Request) -> Response:
+        """Forget every cached block of every replica, as a restart would."""
+        return JSONResponse({"cleared_blocks": state().model.reset_caches()})
 
-def add_info_routes(app: FastAPI, settings: Settings, state: Callable[[], ServerState]) -> None:
+    return [
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/admin/reset", reset, methods=["POST"]),
+        *info_routes(settings, state),
+    ]
+
+
+def info_routes(settings: Settings, state: Callable[[], ServerState]) -> list[Route]:
     """The routes that only read: health, the model (listed or looked up), and /metrics."""
 
-    @app.get("/health")
-    async def health() -> dict:
-        return {"status": "ok"}
+    async def health(_: Request) -> Response:
+        return JSONResponse({"status": "ok"})
 
-    @app.get("/v1/models")
-    async def models() -> dict:
-        return {"object": "list", "data": [model_card(settings)]}
+    async def models(_: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [model_card(settings)]})
 
-    @app.get("/v1/models/{model_id:path}")  # an id may hold slashes (org/name)
-    async def model(model_id: str) -> dict:
+    async def model(request: Request) -> Response:
         """One model, as the openai SDK's `models.retrieve` asks for it."""
-        if model_id != settings.model:
-            raise unknown_model(model_id)
-        return model_card(settings)
+        if request.path_params["model_id"] != settings.model:
+            raise unknown_model(request.path_params["model_id"])
+        return JSONResponse(model_card(settings))
 
     def snapshot() -> metrics.Snapshot:
         s = state()
@@ -313,15 +312,21 @@ def add_info_routes(app: FastAPI, settings: Settings, state: Callable[[], Server
 
     page = metrics.registry(settings.model, snapshot)  # this server's own registry
 
-    @app.get("/metrics")
-    async def prometheus() -> Response:
+    async def prometheus(_: Request) -> Response:
         return Response(metrics.render(page), media_type=metrics.CONTENT_TYPE)
+
+    return [
+        Route("/health", health, methods=["GET"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models/{model_id:path}", model, methods=["GET"]),  # an id may hold slashes (org/name)
+        Route("/metrics", prometheus, methods=["GET"]),
+    ]
 
 
 async def warm_up(app: Any, model: str) -> None:
     """Send one tiny request to each generating route, in-process, before serving anyone.
 
-    The first request through FastAPI does one-time work (imports, building
+    The first request through the app does one-time work (imports, building
     validators) worth tens of milliseconds, which would land on the learner's
     first, cold call and inflate it. Real servers warm up too: vLLM and
     llama.cpp run a dummy batch before they accept traffic.

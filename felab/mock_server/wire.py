@@ -21,11 +21,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, field_validator
+from starlette.responses import JSONResponse
 
 # ── Requests ──────────────────────────────────────────────────────────────────
 
@@ -200,6 +199,9 @@ def chat_template(messages: list[Message]) -> str:
     return "".join(f"<|{m.role}|>\n{m.text()}\n" for m in messages) + "<|assistant|>\n"
 
 
+Body = TypeVar("Body", bound=Sampling)
+
+
 # ── Errors in OpenAI's shape ─────────────────────────────────────────────────
 
 
@@ -265,12 +267,21 @@ def error_code(error: dict[str, Any]) -> str | None:
     return code
 
 
-def validation_error(exc: RequestValidationError) -> ApiError:
+def parse(model: type[Body], body: bytes) -> Body:
+    """Read a request body as `model` (ChatRequest, CompletionRequest); if it is not one, a 400."""
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+
+
+def validation_error(exc: ValidationError) -> ApiError:
     """The first problem Pydantic found, as a 400 naming the field (`messages.0.role`, `temperature`)."""
-    first = exc.errors()[0] if exc.errors() else {}
+    errors = exc.errors()
+    first: dict[str, Any] = dict(errors[0]) if errors else {}
     if first.get("type") == "json_invalid":
         return ApiError(400, "The request body is not valid JSON.")
-    loc = [str(p) for p in first.get("loc", ()) if p != "body" and not UNION_TAG.search(str(p))]
+    loc = [str(p) for p in first.get("loc", ()) if not UNION_TAG.search(str(p))]
     param = ".".join(loc) or None
     msg = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
     return ApiError(
