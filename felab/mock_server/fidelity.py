@@ -28,6 +28,7 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import click
@@ -224,13 +225,18 @@ def lookup_ms(prompt_tokens: int, runs: int) -> dict:
 # ── The command ──────────────────────────────────────────────────────────────
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--rounds", default=20, show_default=True, help="requests per prompt length at 1 stream")
-@click.option("--rounds-64", default=4, show_default=True, help="requests per stream at 64 streams")
-def main(rounds: int, rounds_64: int) -> None:
-    """Fidelity of the practice server's TTFT, its CPU per streamed token, and the cache lookup time."""
-    flags = ("--prefill-tps", str(BENCH_PREFILL_TPS))
-    with practice_server(*flags) as url:
+@dataclass
+class Measured:
+    """What one bench run measured against a live practice server."""
+
+    rows: list[dict]
+    overhead_ms: float
+    cpu_us: float
+
+
+def measure(rounds: int, rounds_64: int) -> Measured:
+    """TTFT error at 1 and 64 streams, the openai client's cost, the server's CPU per token."""
+    with practice_server("--prefill-tps", str(BENCH_PREFILL_TPS)) as url:
         click.echo(f"practice server at {url}, prefill {BENCH_PREFILL_TPS:,} tok/s; lean asyncio client\n")
         click.echo(f"  1 stream: {rounds * len(LENGTHS)} requests, one after another ...", err=True)
         records = asyncio.run(fidelity(url, 1, rounds * len(LENGTHS)))
@@ -239,53 +245,59 @@ def main(rounds: int, rounds_64: int) -> None:
         rows = error_rows(records)
         click.echo("TTFT: measured by the client - predicted by the timing model (ms)\n")
         click.echo(table(rows, floatfmt=".2f"))
-
         click.echo("\n  the openai client's cost, the server's CPU per token, the cache lookup ...", err=True)
         overhead = openai_overhead_ms(url)
         before = server_cpu_s(url)
         tokens = asyncio.run(many_streams(url, 16, 400))
         cpu_us = (server_cpu_s(url) - before) / tokens * 1e6
+    return Measured(rows, overhead, cpu_us)
 
-    lookups = [lookup_ms(3_000, 200), lookup_ms(100_000, 30)]
-    click.echo(f"\nthe openai client adds {overhead:.2f} ms to TTFT (median, on top of the lean client)")
-    click.echo(
-        f"server CPU per streamed token: {cpu_us:.0f} µs (16 streams x 400 tokens, request work included)"
-    )
-    click.echo(
-        "\nPrefixCache.uncached_tokens(), a prompt whose blocks are all cached (the longest walk), median ms:"
-        "\nhash_prompt = block_keys(), done once per request on arrival; lookup = uncached_tokens() given"
-        "\nthose keys (what the server does); uncached_tokens = both, the keys computed inside.\n"
-    )
-    click.echo(table(lookups, floatfmt=".3f"))
 
-    one = next(r for r in rows if r["streams"] == 1 and r["prompt_tokens"] == "all")
-    many = next(r for r in rows if r["streams"] == 64 and r["prompt_tokens"] == "all")
+def targets(m: Measured, lookups: list[dict]) -> dict[str, float]:
+    """Print each target as met or missed; return the run's figures for the JSON line."""
+    one = next(r for r in m.rows if r["streams"] == 1 and r["prompt_tokens"] == "all")
+    many = next(r for r in m.rows if r["streams"] == 64 and r["prompt_tokens"] == "all")
+    short, long = lookups
     checks = [
         ("median error at 1 stream within 1 ms", abs(one["error_p50_ms"]) <= 1.0, one["error_p50_ms"]),
         ("p99 error at 64 streams within 5 ms", abs(many["error_p99_ms"]) <= 5.0, many["error_p99_ms"]),
-        (
-            "cache lookup, 3,000 tokens, far below 1 ms",
-            lookups[0]["lookup_ms"] < 0.1,
-            lookups[0]["lookup_ms"],
-        ),
-        ("cache lookup, 100,000 tokens, below 1 ms", lookups[1]["lookup_ms"] < 1.0, lookups[1]["lookup_ms"]),
+        ("cache lookup, 3,000 tokens, far below 1 ms", short["lookup_ms"] < 0.1, short["lookup_ms"]),
+        ("cache lookup, 100,000 tokens, below 1 ms", long["lookup_ms"] < 1.0, long["lookup_ms"]),
     ]
     click.echo("\ntargets:")
     for name, ok, value in checks:
         click.echo(f"  {'met   ' if ok else 'MISSED'}  {name}: {value:.3f} ms")
-    summary = {
+    return {
         "error_p50_ms_1_stream": one["error_p50_ms"],
         "error_p99_ms_1_stream": one["error_p99_ms"],
         "error_p50_ms_64_streams": many["error_p50_ms"],
         "error_p99_ms_64_streams": many["error_p99_ms"],
-        "openai_client_overhead_ms": overhead,
-        "server_cpu_us_per_token": cpu_us,
+        "openai_client_overhead_ms": m.overhead_ms,
+        "server_cpu_us_per_token": m.cpu_us,
         "hash_prompt_ms_100k": lookups[1]["hash_prompt_ms"],
         "lookup_ms_3k": lookups[0]["lookup_ms"],
         "lookup_ms_100k": lookups[1]["lookup_ms"],
         "uncached_tokens_ms_3k": lookups[0]["uncached_tokens_ms"],
         "uncached_tokens_ms_100k": lookups[1]["uncached_tokens_ms"],
     }
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--rounds", default=20, show_default=True, help="requests per prompt length at 1 stream")
+@click.option("--rounds-64", default=4, show_default=True, help="requests per stream at 64 streams")
+def main(rounds: int, rounds_64: int) -> None:
+    """Fidelity of the practice server's TTFT, its CPU per streamed token, and the cache lookup time."""
+    m = measure(rounds, rounds_64)
+    lookups = [lookup_ms(3_000, 200), lookup_ms(100_000, 30)]
+    click.echo(f"\nthe openai client adds {m.overhead_ms:.2f} ms to TTFT (median, on top of the lean client)")
+    click.echo(f"server CPU per streamed token: {m.cpu_us:.0f} µs (16 streams x 400 tokens, all work)")
+    click.echo(
+        "\nPrefixCache.uncached_tokens(), a prompt whose blocks are all cached (the longest walk), median ms:"
+        "\nhash_prompt = block_keys(), done once per request on arrival; lookup = uncached_tokens() given"
+        "\nthose keys (what the server does); uncached_tokens = both, the keys computed inside.\n"
+    )
+    click.echo(table(lookups, floatfmt=".3f"))
+    summary = targets(m, lookups)
     click.echo("\n" + json.dumps({k: round(v, 4) for k, v in summary.items()}))
 
 
