@@ -44,7 +44,14 @@ def port_is_free(host: str, port: int) -> bool:
     "--cache-blocks",
     default=D.cache_blocks,
     show_default=True,
-    help="prefix-cache capacity in 64-token blocks (least recently used evicted)",
+    help="prefix-cache capacity in blocks of --block-tokens tokens (least recently used evicted)",
+)
+@click.option(
+    "--block-tokens",
+    default=D.block_tokens,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="tokens per cache block (only full blocks are cached; Mooncake's traces use 512)",
 )
 @click.option(
     "--context-tokens", default=D.context_tokens, show_default=True, help="largest prompt + reply, tokens"
