@@ -45,6 +45,9 @@ class TraceRequest:
     """One line of a trace, in seconds and tokens."""
 
     line: int
+    """Its line in the file (blank lines count)."""
+    before: int
+    """How many requests come before it (`--limit before` replays them)."""
     arrival_s: float
     input_tokens: int
     output_tokens: int
@@ -71,40 +74,44 @@ def open_text(path: Path) -> IO[str]:
     return path.open(encoding="utf-8")
 
 
-def bad_line(path: Path, line: int, what: str) -> FelabError:
-    """One bad line: say which, what is wrong, and how to replay what comes before it."""
-    before = (
-        f"To replay the {line - 1:,} lines before it, add `--limit {line - 1}`."
-        if line > 1
+def bad_line(path: Path, line: int, what: str, before: int) -> FelabError:
+    """One bad line: say which, what is wrong, and how to replay the requests before it."""
+    advice = (
+        f"To replay the {before:,} request{'s' if before > 1 else ''} before it, add `--limit {before}`."
+        if before
         else "Fix that line and run again."
     )
-    return FelabError(f"{path} line {line}: {what}. {before}")
+    return FelabError(f"{path} line {line}: {what}. {advice}")
 
 
-def parse(path: Path, line: int, text: str, after_s: float) -> TraceRequest:
+def parse(path: Path, line: int, text: str, after_s: float, before: int) -> TraceRequest:
     """One line, checked: the fields Mooncake's format requires, with sane values."""
+
+    def bad(what: str) -> FelabError:
+        return bad_line(path, line, what, before)
+
     try:
         obj: Any = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise bad_line(path, line, f"not JSON ({exc.msg})") from None
+        raise bad(f"not JSON ({exc.msg})") from None
     if not isinstance(obj, dict):
-        raise bad_line(path, line, "not a JSON object")
+        raise bad("not a JSON object")
     for name in ("timestamp", "input_length", "output_length", "hash_ids"):
         if name not in obj:
-            raise bad_line(path, line, f"the field `{name}` is missing")
+            raise bad(f"the field `{name}` is missing")
     ts, n_in, n_out, ids = obj["timestamp"], obj["input_length"], obj["output_length"], obj["hash_ids"]
     if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or ts < 0:
-        raise bad_line(path, line, f"`timestamp` must be milliseconds, 0 or more, not {ts!r}")
+        raise bad(f"`timestamp` must be milliseconds, 0 or more, not {ts!r}")
     if ts / 1000 < after_s:
-        raise bad_line(path, line, f"`timestamp` {ts} is earlier than the line before it (sort the trace)")
+        raise bad(f"`timestamp` {ts} is earlier than the line before it (sort the trace)")
     for name, value, least in (("input_length", n_in, 1), ("output_length", n_out, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             wanted = f"a whole number of tokens, {least} or more"
-            raise bad_line(path, line, f"`{name}` must be {wanted}, not {value!r}")
+            raise bad(f"`{name}` must be {wanted}, not {value!r}")
     if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        raise bad_line(path, line, "`hash_ids` must be a list of whole numbers")
+        raise bad("`hash_ids` must be a list of whole numbers")
     session = obj.get("session_id")
-    return TraceRequest(line, ts / 1000, n_in, n_out, ids, None if session is None else str(session))
+    return TraceRequest(line, before, ts / 1000, n_in, n_out, ids, None if session is None else str(session))
 
 
 def read_trace(path: Path, limit: int | None = None) -> Generator[TraceRequest, None, None]:
@@ -117,7 +124,7 @@ def read_trace(path: Path, limit: int | None = None) -> Generator[TraceRequest, 
                     return
                 if not text.strip():
                     continue
-                request = parse(path, number, text, after_s)
+                request = parse(path, number, text, after_s, found)
                 after_s, found = request.arrival_s, found + 1
                 yield request
         except (OSError, EOFError, UnicodeDecodeError, lzma.LZMAError) as exc:
@@ -156,9 +163,5 @@ def check_blocks(path: Path, request: TraceRequest, block: int) -> None:
     """Stop at a line whose ids do not match the block size (one id per block, the last partial)."""
     if not fits(request, block):
         want = math.ceil(request.input_tokens / block)
-        raise bad_line(
-            path,
-            request.line,
-            f"{len(request.hash_ids)} hash_ids for {request.input_tokens:,} input tokens, "
-            f"but {block}-token blocks make {want}",
-        )
+        what = f"{len(request.hash_ids)} hash_ids for {request.input_tokens:,} input tokens"
+        raise bad_line(path, request.line, f"{what}, but {block}-token blocks make {want}", request.before)
