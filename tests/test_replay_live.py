@@ -28,6 +28,11 @@ import json
 
 from conftest import run_felab
 
+from felab.connect import client
+from felab.mock_server.launch import practice_server
+from felab.streaming import stream_once
+from felab.targets import Target
+
 EXCERPT = ("--limit", "60", "--speed", "5", "--prefill-tps", "200000", "--max-tokens", "4", "--json")
 
 
@@ -67,3 +72,12 @@ def test_sessions_go_out_as_user_so_the_servers_affinity_routes_them(tmp_path) -
         r["hit_pct"],
         v["hit_pct"],
     )
+
+
+def test_the_practice_server_caches_blocks_of_block_tokens() -> None:
+    text = "x" * 4 * 1300  # 1,300 tokens of text; with the chat template, 1,306
+    with practice_server("--block-tokens", "512") as url:
+        api = client(Target("mock", url, "felab-practice", "not-needed", False))
+        stream_once(api, "felab-practice", [{"role": "user", "content": text}], max_tokens=1)
+        again = stream_once(api, "felab-practice", [{"role": "user", "content": text}], max_tokens=1)
+    assert again.prompt_tokens == 1306 and again.cached_tokens == 1024  # 2 full blocks of 512, not 20 of 64

@@ -130,6 +130,8 @@ def main(host: str, port: int, fail_types: str, cache_ttl: float | None, **flags
 def describe(s: Settings) -> str:
     """The settings a learner should know about, in one line."""
     words = [f"model {s.model}", f"prefill {s.prefill_tps:g} tok/s", f"decode {s.decode_tps:g} tok/s"]
+    if s.block_tokens != D.block_tokens:
+        words.append(f"{s.block_tokens}-token cache blocks")
     if s.replicas > 1:
         words.append(f"{s.replicas} replicas, route {s.route}")
     if s.cache_ttl_s:

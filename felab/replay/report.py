@@ -53,6 +53,11 @@ OPTIONAL = (
 """Columns left out when no row has a value (a real-time replay cannot see queues or replicas)."""
 
 
+def shows(value: Any, key: str) -> bool:
+    """Is this worth a column? Any measured value; for `failed`, only a count above 0."""
+    return bool(value) if key == "failed" else value is not None
+
+
 def config_knobs(swept: Sequence[Knob]) -> list[Knob]:
     return [k for k in KNOBS if k.field in ALWAYS or k in swept]
 
@@ -60,13 +65,15 @@ def config_knobs(swept: Sequence[Knob]) -> list[Knob]:
 def knob_cell(knob: Knob, row: dict[str, Any]) -> Any:
     """A setting as the table shows it (`never` for a cache that never expires)."""
     value = row.get(knob.field)
-    return "never" if knob.field == "cache_ttl_s" and value is None else value
+    if knob.field == "cache_ttl_s" and value is None:
+        return "never"
+    return f"{value:,}" if knob.field == "cache_blocks" and isinstance(value, int) else value
 
 
 def one_table(rows: Sequence[dict[str, Any]], swept: Sequence[Knob], columns: Sequence[tuple]) -> str:
     """The configuration's columns, then these; integers with thousands separators."""
     knobs = config_knobs(swept)
-    keep = [c for c in columns if c[0] not in OPTIONAL or any(r.get(c[0]) not in (None, 0) for r in rows)]
+    keep = [c for c in columns if c[0] not in OPTIONAL or any(shows(r.get(c[0]), c[0]) for r in rows)]
     if all(r.get("mode") == "real time" and r.get("replicas") is None for r in rows):
         knobs = []  # a server started elsewhere: its settings are not known here
     headers = [k.column.replace(" ", "\n", 1) for k in knobs] + [h for _, h, _ in keep]
