@@ -260,3 +260,18 @@ def test_agent_trace_command_writes_a_trace_that_replays(isolated: Path) -> None
     assert (isolated / "agent-trace.jsonl").is_file() and "replay it: python -m felab replay" in out.stdout
     out = run_felab("replay", str(isolated / "agent-trace.jsonl"), "--json")
     assert out.returncode == 0 and json.loads(out.stdout)["block_tokens"] == 64
+
+
+def test_a_server_that_is_down_fails_every_request_with_one_message() -> None:
+    from felab.mock_server.launch import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    out = run_felab("replay", "--target", "llamacpp", "--base-url", url, "--model", "m", "--limit", "3")
+    assert out.returncode == 2, out.stderr
+    assert "Every request of the replay failed; the first: Could not connect" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_base_url_without_a_target_is_a_usage_error() -> None:
+    out = run_felab("replay", "--base-url", "http://127.0.0.1:9/v1", "--limit", "1")
+    assert out.returncode == 2 and "--base-url is for real time" in out.stderr

@@ -62,7 +62,7 @@ def test_sessions_go_out_as_user_so_the_servers_affinity_routes_them(tmp_path) -
         "agent-trace", str(trace), "--sessions", "6", "--rate", "2", "--turns", "3", "--idle-share", "0"
     )
     assert made.returncode == 0, made.stderr
-    flags = ("--replicas", "4", "--route", "affinity", "--speed", "4", "--max-tokens", "4", "--json")
+    flags = ("--replicas", "4", "--route", "affinity", "--speed", "8", "--max-tokens", "4", "--json")
     v = json.loads(run_felab("replay", str(trace), *flags).stdout)
     real = run_felab("replay", str(trace), *flags, "--target", "mock", timeout=120)
     assert real.returncode == 0, real.stderr
@@ -81,3 +81,25 @@ def test_the_practice_server_caches_blocks_of_block_tokens() -> None:
         stream_once(api, "felab-practice", [{"role": "user", "content": text}], max_tokens=1)
         again = stream_once(api, "felab-practice", [{"role": "user", "content": text}], max_tokens=1)
     assert again.prompt_tokens == 1306 and again.cached_tokens == 1024  # 2 full blocks of 512, not 20 of 64
+
+
+def test_failed_requests_are_counted_not_timed(isolated) -> None:
+    flags = (
+        "--fail-rate",
+        "0.5",
+        "--fail-types",
+        "500",
+        "--seed",
+        "3",
+        "--block-tokens",
+        "512",
+        "--prefill-tps",
+        "1e6",
+    )
+    with practice_server(*flags) as url:
+        out = run_felab("replay", "--limit", "20", "--speed", "50", "--max-tokens", "2", "--target", "mock",
+                        "--base-url", url)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "request(s) failed and are not in the figures; the first: The mock server failed" in out.stdout
+    rows = [json.loads(line) for line in (isolated / "replay.jsonl").read_text().splitlines()]
+    assert 0 < rows[-1]["failed"] < 20 and rows[-1]["requests"] + rows[-1]["failed"] == 20

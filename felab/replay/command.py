@@ -123,6 +123,8 @@ def guard_paid(name: str | None, limit: int | None) -> None:
 
 def check_live(ctx: click.Context, name: str | None, base_url: str | None, configs: list) -> None:
     """In real time against a server started elsewhere, the model's flags cannot apply."""
+    if not name and base_url:
+        raise click.UsageError("--base-url is for real time: add --target (mock, llamacpp, ...) too.")
     own = name == "mock" and not base_url
     if name and not own and len(configs) > 1:
         raise click.UsageError(
@@ -232,7 +234,7 @@ def replay_command(ctx: click.Context, trace_path: Path | None, limit: int | Non
         click.echo(f"{path.name}: {rows[0]['requests']:,} requests · " + report.settings_line(rows[0], swept))
         click.echo(f"prices: ${price.input:g} per 1M input tokens, ${price.cached:g} cached ({whose})\n")
         click.echo(report.tables(rows, swept))
-        for line in (report.overload_note(rows), picture(rows, swept)):
+        for line in (report.overload_note(rows), report.failed_note(rows), picture(rows, swept)):
             if line:
                 click.echo("\n" + line)
 

@@ -55,13 +55,14 @@ class Sender:
         reply = max(1, request.output_tokens)
         extra = {"user": request.session} if request.session else {}
         sent = time.perf_counter()
-        try:
+        try:  # a worker must never lose a request silently: every failure is counted
             got = stream_once(
                 self.cli, self.target.model, messages, min(reply, self.max_tokens or reply), **extra
             )
-        except FelabError as exc:
+        except Exception as exc:  # noqa: BLE001  (FelabError explains; anything else is named)
+            message = exc.message if isinstance(exc, FelabError) else f"{type(exc).__name__}: {exc}"
             with self.lock:
-                self.tally.fail(at_s, exc.message)
+                self.tally.fail(at_s, message)
             return
         with self.lock:
             self.lag_s.append(sent - due)
@@ -88,14 +89,18 @@ def replay(
     origin: float | None = None
     t0 = time.perf_counter()
     with cf.ThreadPoolExecutor(workers, thread_name_prefix="replay") as pool:
-        for request in requests:
-            check_blocks(path, request, sender.block)
-            origin = request.arrival_s if origin is None else origin
-            at_s = (request.arrival_s - origin) / speed
-            due = t0 + at_s
-            if (wait := due - time.perf_counter()) > 0:
-                time.sleep(wait)
-            pool.submit(sender.send, request, due, at_s)
+        try:
+            for request in requests:
+                check_blocks(path, request, sender.block)
+                origin = request.arrival_s if origin is None else origin
+                at_s = (request.arrival_s - origin) / speed
+                due = t0 + at_s
+                if (wait := due - time.perf_counter()) > 0:
+                    time.sleep(wait)
+                pool.submit(sender.send, request, due, at_s)
+        except BaseException:  # Ctrl+C or a bad line: send nothing more, let the calls in flight end
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
     sender.tally.send_lag_s = sender.lag_s
     return sender.tally, time.perf_counter() - t0
 

@@ -128,3 +128,14 @@ def overload_note(rows: Sequence[dict[str, Any]]) -> str:
         f"mostly queue. Add replicas (--replicas 8,18,64) or model faster hardware (--prefill-tps; "
         f"the default, 2,500 tokens/s, is a laptop's; a data-centre GPU reads tens of thousands)."
     )
+
+
+def failed_note(rows: Sequence[dict[str, Any]]) -> str:
+    """Failed requests are not in the figures above; say how many, and the first one's message."""
+    failed = [r for r in rows if r.get("failed")]
+    if not failed:
+        return ""
+    total = sum(r["failed"] for r in failed)
+    return (
+        f"note: {total:,} request(s) failed and are not in the figures; the first: {failed[0]['first_error']}"
+    )

@@ -62,9 +62,7 @@ class Tally:
         self.requests += 1
         self.prompt_tokens += prompt_tokens
         self.cached_tokens += cached_tokens
-        if self.first_arrival_s is None:
-            self.first_arrival_s = arrival_s
-        self.last_arrival_s = arrival_s
+        self.arrived(arrival_s)
         self.ttft_s.append(ttft_s)
         if queue_s is not None:
             self.queue_s.append(queue_s)
@@ -79,9 +77,13 @@ class Tally:
         """Count one request that failed: it is not a measurement, only a count and its message."""
         self.failed += 1
         self.first_error = self.first_error or message
-        if self.first_arrival_s is None:
-            self.first_arrival_s = arrival_s
-        self.last_arrival_s = max(self.last_arrival_s, arrival_s)
+        self.arrived(arrival_s)
+
+    def arrived(self, at_s: float) -> None:
+        """Widen the span (in real time, requests are tallied in the order they finish)."""
+        first = self.first_arrival_s
+        self.first_arrival_s = at_s if first is None else min(first, at_s)
+        self.last_arrival_s = max(self.last_arrival_s, at_s)
 
 
 def ms(values: array, p: float) -> float | None:
@@ -108,6 +110,7 @@ def summary(
     return {
         "requests": t.requests,
         "failed": t.failed,
+        "first_error": t.first_error,
         "prompt_tokens": t.prompt_tokens,
         "cached_tokens": t.cached_tokens if known else None,
         "hit_pct": 100 * t.cached_tokens / t.prompt_tokens if t.prompt_tokens and known else None,
