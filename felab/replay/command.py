@@ -16,7 +16,7 @@ import lzma
 from collections.abc import Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import click
 
@@ -47,7 +47,7 @@ KNOB_HELP = {
 def knob_options(f: Any) -> Any:
     """One option per sweepable flag, its default read from DEFAULTS."""
     for knob in reversed(KNOBS):
-        help_ = f"{KNOB_HELP[knob.field]}; a list (1,8,18) sweeps it"
+        help_ = f"{KNOB_HELP[knob.field]}; comma-separated values sweep it"
         f = click.option(knob.flag, knob.field, default=default_text(knob), show_default=True, help=help_)(f)
     return f
 
@@ -156,7 +156,7 @@ def picture(rows: list[dict[str, Any]], swept: list[Knob]) -> str:
 
 @click.command("replay", context_settings={"max_content_width": 110})
 @click.argument(
-    "trace_path", metavar="TRACE", required=False, type=click.Path(path_type=Path, dir_okay=False)
+    "trace_path", metavar="[TRACE]", required=False, type=click.Path(path_type=Path, dir_okay=False)
 )
 @click.option("--limit", type=click.IntRange(min=1), help="replay only the first N requests")
 @knob_options
@@ -244,6 +244,13 @@ def describe(s: Settings, swept: list[Knob]) -> str:
     return ", ".join(f"{k.column} {report.knob_cell(k, setting_fields(s))}" for k in shown)
 
 
+def open_for_writing(path: Path) -> IO[str]:
+    """A text file to write, compressed with xz if its name ends in .xz (…jsonl.xz.part too)."""
+    if ".xz" in path.suffixes:
+        return lzma.open(path, "wt", encoding="utf-8")
+    return path.open("w", encoding="utf-8")
+
+
 @click.command("agent-trace")
 @click.argument("out", required=False, type=click.Path(path_type=Path, dir_okay=False))
 @click.option(
@@ -306,12 +313,10 @@ def agent_trace_command(out: Path | None, **shape: Any) -> None:
     """
     out = out or results_dir() / "agent-trace.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
-    with (
-        lzma.open(out, "wt", encoding="utf-8")
-        if out.suffix == ".xz"
-        else out.open("w", encoding="utf-8") as f
-    ):
+    part = out.with_name(out.name + ".part")  # renamed when whole: an interrupted run leaves no half trace
+    with open_for_writing(part) as f:
         totals = agent.write(agent.AgentShape(**shape), f)
+    part.replace(out)
     click.echo(
         f"wrote {out}: {totals.requests:,} requests in {shape['sessions']:,} sessions over "
         f"{totals.span_s / 60:.0f} min; {totals.prompt_tokens:,} prompt tokens, "
