@@ -275,3 +275,11 @@ def test_a_server_that_is_down_fails_every_request_with_one_message() -> None:
 def test_base_url_without_a_target_is_a_usage_error() -> None:
     out = run_felab("replay", "--base-url", "http://127.0.0.1:9/v1", "--limit", "1")
     assert out.returncode == 2 and "--base-url is for real time" in out.stderr
+
+
+def test_the_trace_is_streamed_so_limit_stops_before_a_bad_line(tmp_path: Path) -> None:
+    path = tmp_path / "tail.jsonl"
+    path.write_text(f"{json.dumps(line(0, [1]))}\n{json.dumps(line(1, [1, 2]))}\nbroken\n", encoding="utf-8")
+    out = run_felab("replay", str(path), "--limit", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["requests"] == 2

@@ -47,7 +47,10 @@ class Sender:
         self.target, self.block, self.max_tokens = target, block, max_tokens
         self.cli = client(target)
         self.tally, self.lag_s, self.lock = Tally(), array("d"), threading.Lock()
-        template(), self.cli.chat.completions  # one-time imports, done before the first request is due
+        # One-time work, done before the first request is due: the chat template's parts, and
+        # the SDK's chat resource (it loads lazily, on first use).
+        template()
+        _ = self.cli.chat.completions
 
     def send(self, request: TraceRequest, due: float, at_s: float) -> None:
         """One request (`due`: when it should leave, perf_counter; `at_s`: its arrival in the replay)."""

@@ -58,15 +58,14 @@ def replay(
         while ends and ends[0][0] <= now:
             model.finish(heapq.heappop(ends)[2])
         booking = model.book(prompt_of(request, block), request.output_tokens, now, now)
-        replica = booking.replica.index
         tally.add(
             now,
             request.input_tokens,
             booking.cached_tokens,
             booking.ttft_s,
-            booking.queue_s,
-            replica,
-            request.session,
+            queue_s=booking.queue_s,
+            replica=booking.replica.index,
+            session=request.session,
         )
         heapq.heappush(ends, (reply_end(booking), next(order), booking))
     wall = time.perf_counter() - t0
