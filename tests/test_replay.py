@@ -283,3 +283,11 @@ def test_the_trace_is_streamed_so_limit_stops_before_a_bad_line(tmp_path: Path) 
     out = run_felab("replay", str(path), "--limit", "2", "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["requests"] == 2
+
+
+def test_a_fleet_that_cannot_keep_up_is_told_so() -> None:
+    slow = run_felab("replay", "--limit", "2000")  # one replica at 2,500 tokens/s: about 15 times too slow
+    assert slow.returncode == 0, slow.stderr
+    assert "this configuration cannot keep up" in slow.stdout
+    fast = run_felab("replay", "--limit", "2000", "--prefill-tps", "1000000")
+    assert fast.returncode == 0 and "cannot keep up" not in fast.stdout

@@ -3,9 +3,10 @@
 The same excerpt of the kit's Mooncake trace goes through both modes with the same settings:
 once booked in the model on a virtual clock, once sent over HTTP with the official `openai`
 client to a practice server that `--target mock` starts with those settings (512-token blocks
-included). `--speed 5` keeps it short; `--prefill-tps 200000` keeps the queue to well under
-a second, so the comparison is about the model, not a backlog; `--max-tokens 4` spares the
-two cores of the test machine a few thousand streamed chunks that TTFT does not depend on.
+included). `--speed 5` keeps it short; `--prefill-tps 200000` keeps the queue to about a
+second at most (the trace comes in bursts), so the comparison is about the model, not a
+backlog; `--max-tokens 4` spares the two cores of the test machine a few thousand streamed
+chunks that TTFT does not depend on.
 
 Margins, and why they are wide. Token counts must agree closely: the synthesised text gives
 the server exactly the trace's blocks (prompt tokens may be up to 4 more per request, see

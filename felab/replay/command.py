@@ -108,7 +108,8 @@ def run_live(
         raise FelabError(f"Every request of the replay failed; the first: {tally.first_error}")
     settings = setting_fields(s) if own else dict.fromkeys(setting_fields(s))
     head = {"mode": "real time", "target": target.name, "model": target.model, "base_url": target.base_url}
-    return {**head, **settings, **summary(tally, None, price, wall)}
+    capacity = s.replicas * s.prefill_tps if own else None  # known only for a server started here
+    return {**head, **settings, **summary(tally, None, price, wall, capacity)}
 
 
 def guard_paid(name: str | None, limit: int | None) -> None:

@@ -47,6 +47,7 @@ OPTIONAL = (
     "same_replica_pct",
     "queue_p50_ms",
     "queue_p95_ms",
+    "prefill_busy_pct",
     "load_max_over_mean",
     "send_lag_p99_ms",
 )
