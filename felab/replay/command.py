@@ -23,12 +23,12 @@ import click
 from felab.errors import FelabError
 from felab.mock_server.config import DEFAULTS, Settings
 from felab.paths import from_here, results_dir
-from felab.prices import PRICES, Price
+from felab.prices import PRICES, Price, price_for
 from felab.replay import agent, report, trace
 from felab.replay.sweep import KNOBS, UNLIMITED, Knob, configurations, default_text
 from felab.replay.tally import summary
 from felab.results import record
-from felab.targets import TARGETS
+from felab.targets import TARGETS, Target
 
 PRICED = ("fireworks", "accounts/fireworks/models/gpt-oss-120b")
 """Whose prices the cost columns use unless --price-in/--price-cached say otherwise."""
@@ -53,16 +53,11 @@ def knob_options(f: Any) -> Any:
 
 
 def the_price(price_in: float | None, price_cached: float | None) -> tuple[Price, str]:
-    """The prices the cost columns use, and whose they are."""
-    listed = PRICES[PRICED]
-    if price_in is None and price_cached is None:
-        return listed, f"gpt-oss-120b on Fireworks, {listed.source}"
-    price = Price(
-        price_in if price_in is not None else listed.input,
-        price_cached if price_cached is not None else listed.cached,
-        "--price-in/--price-cached",
-    )
-    return price, "--price-in/--price-cached (else gpt-oss-120b on Fireworks)"
+    """The prices the cost columns use (felab/prices.py's, or the flags'), and whose they are."""
+    priced = Target(PRICED[0], "", PRICED[1], "", True)  # only its name and model: the key of PRICES
+    flags = argparse.Namespace(price_in=price_in, price_cached=price_cached)
+    price = price_for(priced, flags) or PRICES[PRICED]
+    return price, f"gpt-oss-120b on Fireworks, {price.source}"
 
 
 def setting_fields(s: Settings) -> dict[str, Any]:
@@ -241,8 +236,9 @@ def replay_command(ctx: click.Context, trace_path: Path | None, limit: int | Non
 
 
 def describe(s: Settings, swept: list[Knob]) -> str:
-    shown = [k for k in KNOBS if k.field in report.ALWAYS or k in swept]
-    return ", ".join(f"{k.column} {report.knob_cell(k, setting_fields(s))}" for k in shown)
+    """A configuration in a few words, for the progress line."""
+    fields = setting_fields(s)
+    return ", ".join(f"{k.column} {report.knob_cell(k, fields)}" for k in report.config_knobs(swept))
 
 
 def open_for_writing(path: Path) -> IO[str]:

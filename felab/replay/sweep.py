@@ -91,13 +91,3 @@ def configurations(given: dict[str, str], base: Settings) -> tuple[list[Settings
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
     return out, swept
-
-
-def shown(knob: Knob, settings: Settings) -> Any:
-    """A setting as the table shows it."""
-    value = getattr(settings, knob.field)
-    if knob.field == "cache_blocks" and value == UNLIMITED:
-        return "unlimited"
-    if knob.field == "cache_ttl_s" and value is None:
-        return "never"
-    return value
