@@ -311,8 +311,12 @@ def agent_trace_command(out: Path | None, **shape: Any) -> None:
     out = out or results_dir() / "agent-trace.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
     part = out.with_name(out.name + ".part")  # renamed when whole: an interrupted run leaves no half trace
-    with open_for_writing(part) as f:
-        totals = agent.write(agent.AgentShape(**shape), f)
+    try:
+        with open_for_writing(part) as f:
+            totals = agent.write(agent.AgentShape(**shape), f)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
     part.replace(out)
     click.echo(
         f"wrote {out}: {totals.requests:,} requests in {shape['sessions']:,} sessions over "

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from felab.errors import FelabError
-from felab.paths import KIT_ROOT
+from felab.paths import KIT_ROOT, results_dir
 
 MOONCAKE = KIT_ROOT / "data" / "traces" / "mooncake-conversation.jsonl.xz"
 """The trace the kit ships: one hour of a chat service (Mooncake, Apache-2.0; data/traces/README.md)."""
@@ -64,8 +64,10 @@ def open_text(path: Path) -> IO[str]:
     """The file as text, decompressed on the fly if it ends in .xz or .gz."""
     if not path.is_file():
         raise FelabError(
-            f"There is no trace at {path}. Pass the path of a JSON-lines trace (Mooncake's format; "
-            f"the kit ships one: `python -m felab replay {shown(MOONCAKE)}`)."
+            f"There is no trace at {path} (paths are taken from the folder you are in). Pass the path "
+            f"of a JSON-lines trace in Mooncake's format: the kit ships one, "
+            f"`python -m felab replay {shown(MOONCAKE)}`, and `python -m felab agent-trace` writes "
+            f"one to {shown(results_dir() / 'agent-trace.jsonl')}."
         )
     if path.suffix == ".xz":
         return lzma.open(path, "rt", encoding="utf-8")
