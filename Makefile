@@ -9,7 +9,7 @@ EXTRA = $(VENV)/.installed-$(1)
 
 .DEFAULT_GOAL := help
 .PHONY: help setup demo mock check smoke bench test lint numbers new-lesson fw-check bundle bundle-serve \
-	engines llama-server tiny-model test-engines
+	engines llama-server tiny-model test-engines replay
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -39,11 +39,15 @@ check: $(STAMP) ## which servers are up, each target's URL and model, whether FI
 smoke: $(STAMP) ## every lesson script against a fresh practice server, in quick mode
 	@$(PY) -m felab smoke
 
-bench: $(STAMP) ## how faithful the practice server is: TTFT measured vs predicted, CPU per token (~30 s)
+bench: $(STAMP) ## how faithful the practice server is: TTFT measured vs predicted, CPU per token; replay speed (~35 s)
 	@$(PY) -m felab.mock_server.fidelity
+	@$(PY) -m felab.replay.bench
 
 fw-check: $(call EXTRA,fireworks) ## anything on Fireworks still billing, and the command that stops it (fails closed)
 	@$(PY) -m felab fw-check
+
+replay: $(call EXTRA,plot) ## a production trace through the practice server's model: make replay TRACE=f ARGS="--replicas 1,8"
+	@$(PY) -m felab replay $(TRACE) $(ARGS)
 
 numbers: $(call EXTRA,plot) ## your numbers: the latest recorded run per lesson, target and order (and a TTFT picture)
 	@$(PY) -m felab numbers

@@ -274,3 +274,8 @@ def new_lesson(number: str, name: str) -> None:
 from felab.engines.tiny_model import tiny_model_command  # noqa: E402  (light: numpy and friends load on use)
 
 cli.add_command(tiny_model_command)
+
+from felab.replay.command import agent_trace_command, replay_command  # noqa: E402  (click only; drivers load on use)
+
+cli.add_command(replay_command)
+cli.add_command(agent_trace_command)

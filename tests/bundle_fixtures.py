@@ -20,6 +20,7 @@ LESSON06_SECTIONS = (
     "from-the-lesson",
     "what-each-command-does",
     "how-to-read-the-output",
+    "go-deeper",
     "check-yourself",
     "explain-what-you-learned",
     "your-numbers",

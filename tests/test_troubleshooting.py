@@ -28,7 +28,8 @@ def fixed_text(node: ast.expr) -> str:
 
 def raised_messages() -> list[tuple[str, str]]:
     found = []
-    for path in sorted((KIT_ROOT / "felab").glob("*.py")):
+    felab = KIT_ROOT / "felab"
+    for path in sorted([*felab.glob("*.py"), *(felab / "replay").glob("*.py")]):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and node.args:
                 name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)

@@ -44,7 +44,14 @@ def port_is_free(host: str, port: int) -> bool:
     "--cache-blocks",
     default=D.cache_blocks,
     show_default=True,
-    help="prefix-cache capacity in 64-token blocks (least recently used evicted)",
+    help="prefix-cache capacity in blocks of --block-tokens tokens (least recently used evicted)",
+)
+@click.option(
+    "--block-tokens",
+    default=D.block_tokens,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="tokens per cache block (only full blocks are cached; Mooncake's traces use 512)",
 )
 @click.option(
     "--context-tokens", default=D.context_tokens, show_default=True, help="largest prompt + reply, tokens"
@@ -123,6 +130,8 @@ def main(host: str, port: int, fail_types: str, cache_ttl: float | None, **flags
 def describe(s: Settings) -> str:
     """The settings a learner should know about, in one line."""
     words = [f"model {s.model}", f"prefill {s.prefill_tps:g} tok/s", f"decode {s.decode_tps:g} tok/s"]
+    if s.block_tokens != D.block_tokens:
+        words.append(f"{s.block_tokens}-token cache blocks")
     if s.replicas > 1:
         words.append(f"{s.replicas} replicas, route {s.route}")
     if s.cache_ttl_s:

@@ -1,0 +1,21 @@
+"""Trace replay: production traffic through the practice server's model, or to any server.
+
+    python -m felab replay [TRACE]        # or: make replay TRACE=...
+    python -m felab agent-trace [OUT]     # a trace of lesson 06's agent, with sessions
+
+Read it in this order; each file holds one idea:
+
+    trace.py     Mooncake's format: reading a trace line by line, checking it, its block size
+    sweep.py     the flags: a list in a flag sweeps it, each combination one `Settings`
+    virtual.py   virtual time: the booking core (mock_server/booking.py) on a clock that jumps
+    synth.py     text for a trace that has none: equal hash ids become equal text blocks
+    realtime.py  real time: each request sent at its time through felab's own client
+    tally.py     what a replay adds up, and the summary row (pure: no printing)
+    report.py    the rows as tables
+    plot.py      a sweep's picture: hit rate and TTFT p95 against the swept value
+    agent.py     lesson 06's agent as a trace: one opening, growing history, idle spells
+    command.py   the command line (click), wiring the rest
+    bench.py     make bench's replay phase: the whole trace, timed
+
+See docs/replay.md.
+"""

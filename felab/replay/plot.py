@@ -1,0 +1,53 @@
+"""The sweep's picture: hit rate and TTFT p95 against the swept value (matplotlib, the `plot` extra).
+
+The x axis is the first swept flag with numbers (replicas, cache blocks, TTL, rates),
+else the route; every combination of the other swept flags is one line. TTFT is drawn
+on a log scale: a fleet that cannot keep up waits minutes, one that can waits
+milliseconds, and both belong in one picture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from felab.replay.report import knob_cell
+from felab.replay.sweep import Knob
+
+
+def x_knob(swept: Sequence[Knob]) -> Knob:
+    numeric = [k for k in swept if k.field != "route"]
+    return (numeric or list(swept))[0]
+
+
+def draw(rows: Sequence[dict[str, Any]], swept: Sequence[Knob], out: Path) -> Path:
+    """Draw the sweep into `out` (a .png) and return its path."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no window
+    import matplotlib.pyplot as plt
+
+    x = x_knob(swept)
+    others = [k for k in swept if k is not x]
+    lines: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        label = ", ".join(f"{k.column} {knob_cell(k, r)}" for k in others) or "replay"
+        lines.setdefault(label, []).append(r)
+    fig, (hit, ttft) = plt.subplots(1, 2, figsize=(10, 4))
+    for label, group in lines.items():
+        xs = [str(knob_cell(x, r)) for r in group]
+        hit.plot(xs, [r["hit_pct"] for r in group], marker="o", label=label)
+        ttft.plot(xs, [(r["ttft_p95_ms"] or 0) / 1000 for r in group], marker="o", label=label)
+    hit.set(xlabel=x.column, ylabel="cache hit rate, % of prompt tokens", ylim=(0, 100))
+    ttft.set(xlabel=x.column, ylabel="TTFT p95, seconds (log scale)", yscale="log")
+    for ax in (hit, ttft):
+        ax.grid(True, alpha=0.3)
+    if others:
+        ttft.legend(fontsize="small")
+    fig.suptitle(f"{rows[0]['trace']}: {rows[0]['requests']:,} requests per configuration")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -1,0 +1,121 @@
+"""Real time: a trace sent to a real server at the trace's own times, through the learner's library.
+
+    t0 = now
+    for each request:  sleep until t0 + (its timestamp - the first) / speed,
+                       then hand it to a worker thread, which sends it with stream_once()
+
+Each request goes out as the official `openai` client sends it (felab.connect's `client`,
+felab.streaming's `stream_once`): its text made from its hash ids (synth.py), its
+`max_tokens` the trace's output length (capped by `--max-tokens`), its session (if the
+trace has one) as `user`, the field Fireworks and the practice server route by.
+TTFT is what `stream_once` measured, from just before the request to the first chunk
+with text; cached tokens are what the server put in `usage.prompt_tokens_details`.
+
+A worker that is late (every worker busy, or a slow machine) sends late: how late is
+measured (`send_lag_p99_ms`), so a replay that could not keep the trace's pace says so.
+A request that fails is counted, with the first error's message, never timed. What
+only the server knows (queueing, replicas) is not visible from here: `None` in the row.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+import time
+from array import array
+from collections.abc import Iterable
+from pathlib import Path
+
+from felab.connect import client
+from felab.errors import FelabError
+from felab.mock_server.config import Settings
+from felab.replay.sweep import UNLIMITED
+from felab.replay.synth import SMALLEST_BLOCK, prompt_text, template
+from felab.replay.tally import Tally
+from felab.replay.trace import TraceRequest, check_blocks
+from felab.streaming import stream_once
+from felab.targets import Target
+
+WORKERS = 256
+"""Requests in flight at most (threads); a replay that needs more sends late, and says so."""
+
+
+class Sender:
+    """Sends requests from worker threads and tallies what came back."""
+
+    def __init__(self, target: Target, block: int, max_tokens: int | None) -> None:
+        self.target, self.block, self.max_tokens = target, block, max_tokens
+        self.cli = client(target)
+        self.tally, self.lag_s, self.lock = Tally(), array("d"), threading.Lock()
+        # One-time work, done before the first request is due: the chat template's parts, and
+        # the SDK's chat resource (it loads lazily, on first use).
+        template()
+        _ = self.cli.chat.completions
+
+    def send(self, request: TraceRequest, due: float, at_s: float) -> None:
+        """One request (`due`: when it should leave, perf_counter; `at_s`: its arrival in the replay)."""
+        messages = [{"role": "user", "content": prompt_text(request, self.block)}]
+        reply = max(1, request.output_tokens)
+        extra = {"user": request.session} if request.session else {}
+        sent = time.perf_counter()
+        try:  # a worker must never lose a request silently: every failure is counted
+            got = stream_once(
+                self.cli, self.target.model, messages, min(reply, self.max_tokens or reply), **extra
+            )
+        except Exception as exc:  # noqa: BLE001  (FelabError explains; anything else is named)
+            message = exc.message if isinstance(exc, FelabError) else f"{type(exc).__name__}: {exc}"
+            with self.lock:
+                self.tally.fail(at_s, message)
+            return
+        with self.lock:
+            self.lag_s.append(sent - due)
+            cached = got.cached_tokens
+            self.tally.unreported += cached is None
+            prompt = got.prompt_tokens if got.prompt_tokens is not None else request.input_tokens
+            self.tally.add(at_s, prompt, cached or 0, got.ttft_ms / 1000, session=request.session)
+
+
+def replay(
+    path: Path,
+    requests: Iterable[TraceRequest],
+    sender: Sender,
+    speed: float = 1.0,
+    workers: int = WORKERS,
+) -> tuple[Tally, float]:
+    """Send every request at its time; the tally (with `send_lag_s`) and the wall seconds."""
+    if sender.block < SMALLEST_BLOCK:
+        raise FelabError(
+            f"Real-time replay writes each block's id into its text, which needs blocks of "
+            f"{SMALLEST_BLOCK} tokens or more; this trace's are {sender.block}. Replay it in virtual "
+            f"time instead (leave out --target)."
+        )
+    origin: float | None = None
+    t0 = time.perf_counter()
+    with cf.ThreadPoolExecutor(workers, thread_name_prefix="replay") as pool:
+        try:
+            for request in requests:
+                check_blocks(path, request, sender.block)
+                origin = request.arrival_s if origin is None else origin
+                at_s = (request.arrival_s - origin) / speed
+                due = t0 + at_s
+                if (wait := due - time.perf_counter()) > 0:
+                    time.sleep(wait)
+                pool.submit(sender.send, request, due, at_s)
+        except BaseException:  # Ctrl+C or a bad line: send nothing more, let the calls in flight end
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    sender.tally.send_lag_s = sender.lag_s
+    return sender.tally, time.perf_counter() - t0
+
+
+def server_flags(s: Settings) -> list[str]:
+    """The practice server's flags for these settings, so a real server runs the virtual model's."""
+    flags = [
+        "--replicas", str(s.replicas), "--route", s.route, "--block-tokens", str(s.block_tokens),
+        "--prefill-tps", f"{s.prefill_tps:g}", "--overhead-ms", f"{s.overhead_ms:g}",
+        "--decode-tps", f"{s.decode_tps:g}", "--seed", str(s.seed),
+        "--cache-blocks", str(s.cache_blocks if s.cache_blocks != UNLIMITED else 2**62),
+    ]  # fmt: skip
+    if s.cache_ttl_s is not None:
+        flags += ["--cache-ttl", f"{s.cache_ttl_s:g}"]
+    return flags

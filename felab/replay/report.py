@@ -1,0 +1,142 @@
+"""The replay's rows, for people: two tables with the same rows, one line per configuration.
+
+    what the traffic found   tokens sent and found cached, the hit rate, what it cost
+    how long it took         TTFT percentiles, queueing, load per replica, span and wall time
+
+(One table with every column would be 170 characters wide.) A configuration is named
+by its replicas, route and cache size, and by any other flag that was swept. `--json`
+prints the rows themselves instead, one object a line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tabulate import tabulate
+
+from felab.replay.sweep import KNOBS, Knob
+
+ALWAYS = ("replicas", "route", "cache_blocks")
+
+FOUND = (
+    ("requests", "requests", "int"),
+    ("failed", "failed", "int"),
+    ("prompt_tokens", "prompt\ntokens", "int"),
+    ("cached_tokens", "cached\ntokens", "int"),
+    ("hit_pct", "hit\n%", ".1f"),
+    ("same_replica_pct", "same replica\nas last turn %", ".1f"),
+    ("cost_list_usd", "$ at list\nprice", ".2f"),
+    ("cost_cached_usd", "$ with cached\nprice", ".2f"),
+)
+TIMES = (
+    ("ttft_p50_ms", "TTFT p50\nms", "int"),
+    ("ttft_p95_ms", "TTFT p95\nms", "int"),
+    ("ttft_p99_ms", "TTFT p99\nms", "int"),
+    ("queue_p50_ms", "queue p50\nms", "int"),
+    ("queue_p95_ms", "queue p95\nms", "int"),
+    ("prefill_busy_pct", "prefill\nbusy %", ".0f"),
+    ("load_max_over_mean", "load\nmax/mean", ".2f"),
+    ("send_lag_p99_ms", "sent late\np99 ms", ".1f"),
+    ("span_s", "span\ns", ".0f"),
+    ("wall_s", "wall\ns", ".2f"),
+    ("x_real_time", "times\nreal time", ".0f"),
+)
+OPTIONAL = (
+    "failed",
+    "same_replica_pct",
+    "queue_p50_ms",
+    "queue_p95_ms",
+    "prefill_busy_pct",
+    "load_max_over_mean",
+    "send_lag_p99_ms",
+)
+"""Columns left out when no row has a value (a real-time replay cannot see queues or replicas)."""
+
+
+def shows(value: Any, key: str) -> bool:
+    """Is this worth a column? Any measured value; for `failed`, only a count above 0."""
+    return bool(value) if key == "failed" else value is not None
+
+
+def config_knobs(swept: Sequence[Knob]) -> list[Knob]:
+    return [k for k in KNOBS if k.field in ALWAYS or k in swept]
+
+
+def knob_cell(knob: Knob, row: dict[str, Any]) -> Any:
+    """A setting as the table shows it (`never` for a cache that never expires)."""
+    value = row.get(knob.field)
+    if knob.field == "cache_ttl_s" and value is None:
+        return "never"
+    return f"{value:,}" if knob.field == "cache_blocks" and isinstance(value, int) else value
+
+
+def one_table(rows: Sequence[dict[str, Any]], swept: Sequence[Knob], columns: Sequence[tuple]) -> str:
+    """The configuration's columns, then these; integers with thousands separators."""
+    knobs = config_knobs(swept)
+    keep = [c for c in columns if c[0] not in OPTIONAL or any(shows(r.get(c[0]), c[0]) for r in rows)]
+    if all(r.get("mode") == "real time" and r.get("replicas") is None for r in rows):
+        knobs = []  # a server started elsewhere: its settings are not known here
+    headers = [k.column.replace(" ", "\n", 1) for k in knobs] + [h for _, h, _ in keep]
+    body = []
+    for r in rows:
+        cells: list[Any] = [knob_cell(k, r) for k in knobs]
+        for key, _, fmt in keep:
+            value = r.get(key)
+            cells.append(round(value) if fmt == "int" and value is not None else value)
+        body.append(cells)
+    floatfmt = ["g"] * len(knobs) + [".0f" if f == "int" else f for _, _, f in keep]
+    return tabulate(body, headers=headers, floatfmt=floatfmt, intfmt=",", missingval="n/a")
+
+
+def tables(rows: Sequence[dict[str, Any]], swept: Sequence[Knob]) -> str:
+    """Both tables, titled."""
+    return (
+        "what the traffic found\n\n"
+        + one_table(rows, swept, FOUND)
+        + "\n\nhow long it took\n\n"
+        + one_table(rows, swept, TIMES)
+    )
+
+
+def settings_line(row: dict[str, Any], swept: Sequence[Knob]) -> str:
+    """The settings every configuration shares, in one line (those the table does not show)."""
+    words = [f"{row['block_tokens']}-token blocks", f"speed {row['speed']:g}x"]
+    if row.get("prefill_tps") is None:
+        return "settings: " + " · ".join([*words, "the rest as the server was started"])
+    shown = {k.field for k in config_knobs(swept)}
+    ttl = "never" if row["cache_ttl_s"] is None else f"{row['cache_ttl_s']:g} s"
+    for field, text in (
+        ("prefill_tps", f"prefill {row['prefill_tps']:g} tok/s"),
+        ("overhead_ms", f"overhead {row['overhead_ms']:g} ms"),
+        ("decode_tps", f"decode {row['decode_tps']:g} tok/s"),
+        ("cache_ttl_s", f"cache TTL {ttl}"),
+    ):
+        if field not in shown:
+            words.append(text)
+    return "settings: " + " · ".join([*words, f"seed {row['seed']}"])
+
+
+def overload_note(rows: Sequence[dict[str, Any]]) -> str:
+    """A word when some configuration's prefill lanes are busier than 100%: its queues only grow."""
+    over = [r for r in rows if (r.get("prefill_busy_pct") or 0) > 100]
+    if not over:
+        return ""
+    which = "this configuration" if len(rows) == 1 else f"{len(over)} of these {len(rows)} configurations"
+    return (
+        f"note: {which} cannot keep up: the uncached prompt tokens need more prefill time than the "
+        f"trace lasts (prefill busy over 100%), so requests wait longer and longer, and TTFT is "
+        f"mostly queue. Add replicas (--replicas 8,18,64) or model faster hardware (--prefill-tps; "
+        f"the default, 2,500 tokens/s, is a laptop's; a data-centre GPU reads tens of thousands)."
+    )
+
+
+def failed_note(rows: Sequence[dict[str, Any]]) -> str:
+    """Failed requests are not in the figures above; say how many, and the first one's message."""
+    failed = [r for r in rows if r.get("failed")]
+    if not failed:
+        return ""
+    total = sum(r["failed"] for r in failed)
+    return (
+        f"note: {total:,} request(s) failed and are not in the figures; the first: {failed[0]['first_error']}"
+    )

@@ -1,0 +1,133 @@
+"""What a replay adds up: one `Tally` per configuration, then one summary row.
+
+Both drivers (virtual time, real time) feed it the same way, one finished request
+at a time, so their rows can be put side by side. It keeps running sums, plus the
+few things a summary cannot be summed from:
+
+- every TTFT and queueing delay, 8 bytes each (`array('d')`), for the percentiles
+  (felab.stats.percentile: a percentile needs all the values);
+- for traces with sessions, the replica that served each session's last request, to
+  count how often the next one reaches the same replica (affinity's whole point).
+
+Nothing else about a request is kept: memory grows with the cache, not with the trace.
+The summary is a pure function of the tally; nothing here prints.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from felab.prices import Price
+from felab.stats import percentile
+
+
+@dataclass
+class Tally:
+    """Running sums over the requests of one configuration."""
+
+    requests: int = 0
+    failed: int = 0
+    first_error: str | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    first_arrival_s: float | None = None
+    last_arrival_s: float = 0.0
+    ttft_s: array = field(default_factory=lambda: array("d"))
+    queue_s: array = field(default_factory=lambda: array("d"))
+    last_replica: dict[str, int] = field(default_factory=dict)
+    """session -> the replica that served its last request (traces with sessions only)."""
+    followed: int = 0
+    """Requests whose session was seen before."""
+    same_replica: int = 0
+    """Of those, how many reached the replica that served the session's last request."""
+    unreported: int = 0
+    """Requests whose server did not report cached tokens (real time only)."""
+    send_lag_s: array | None = None
+    """How late each request left (real time only: the virtual clock is never late)."""
+
+    def add(
+        self,
+        arrival_s: float,
+        prompt_tokens: int,
+        cached_tokens: int,
+        ttft_s: float,
+        queue_s: float | None = None,
+        replica: int | None = None,
+        session: str | None = None,
+    ) -> None:
+        """Count one request that got its first token (`None`: the driver cannot see it)."""
+        self.requests += 1
+        self.prompt_tokens += prompt_tokens
+        self.cached_tokens += cached_tokens
+        self.arrived(arrival_s)
+        self.ttft_s.append(ttft_s)
+        if queue_s is not None:
+            self.queue_s.append(queue_s)
+        if session is not None and replica is not None:
+            before = self.last_replica.get(session)
+            if before is not None:
+                self.followed += 1
+                self.same_replica += before == replica
+            self.last_replica[session] = replica
+
+    def fail(self, arrival_s: float, message: str) -> None:
+        """Count one request that failed: it is not a measurement, only a count and its message."""
+        self.failed += 1
+        self.first_error = self.first_error or message
+        self.arrived(arrival_s)
+
+    def arrived(self, at_s: float) -> None:
+        """Widen the span (in real time, requests are tallied in the order they finish)."""
+        first = self.first_arrival_s
+        self.first_arrival_s = at_s if first is None else min(first, at_s)
+        self.last_arrival_s = max(self.last_arrival_s, at_s)
+
+
+def ms(values: array, p: float) -> float | None:
+    value = percentile(values, p)
+    return None if value is None else value * 1000
+
+
+def summary(
+    tally: Tally, loads: Sequence[int] | None, price: Price, wall_s: float, capacity_tps: float | None = None
+) -> dict[str, Any]:
+    """One configuration's row (JSON-ready; `None` where a figure was not measured).
+
+    `loads`: requests served by each replica, where the driver can see them.
+    `capacity_tps`: prompt tokens the whole fleet can prefill a second, where it is known;
+    `prefill_busy_pct` is the uncached tokens' prefill time over the span, per lane: above
+    100, the fleet cannot keep up and its queues grow for as long as the traffic lasts.
+    Costs: input tokens at the list price, and with the cached ones at the cached price.
+    """
+    t = tally
+    span = t.last_arrival_s - (t.first_arrival_s or 0.0)
+    uncached = t.prompt_tokens - t.cached_tokens
+    known = t.unreported == 0  # a hit rate over some requests only would mislead
+    mean_load = sum(loads) / len(loads) if loads else None
+    return {
+        "requests": t.requests,
+        "failed": t.failed,
+        "first_error": t.first_error,
+        "prompt_tokens": t.prompt_tokens,
+        "cached_tokens": t.cached_tokens if known else None,
+        "hit_pct": 100 * t.cached_tokens / t.prompt_tokens if t.prompt_tokens and known else None,
+        "ttft_p50_ms": ms(t.ttft_s, 50),
+        "ttft_p95_ms": ms(t.ttft_s, 95),
+        "ttft_p99_ms": ms(t.ttft_s, 99),
+        "queue_p50_ms": ms(t.queue_s, 50),
+        "queue_p95_ms": ms(t.queue_s, 95),
+        "prefill_busy_pct": 100 * uncached / capacity_tps / span if capacity_tps and span > 0 else None,
+        "load_max": max(loads) if loads else None,
+        "load_mean": mean_load,
+        "load_max_over_mean": max(loads) / mean_load if loads and mean_load else None,
+        "same_replica_pct": 100 * t.same_replica / t.followed if t.followed else None,
+        "cost_list_usd": t.prompt_tokens * price.input / 1e6,
+        "cost_cached_usd": (uncached * price.input + t.cached_tokens * price.cached) / 1e6 if known else None,
+        "send_lag_p99_ms": ms(t.send_lag_s, 99) if t.send_lag_s is not None else None,
+        "span_s": span,
+        "wall_s": wall_s,
+        "x_real_time": span / wall_s if wall_s > 0 else None,
+    }

@@ -1,0 +1,72 @@
+"""Virtual time: a trace through the practice server's own model, with a clock that jumps.
+
+    for each request, in the trace's order:
+        now = its timestamp (divided by --speed)
+        finish every reply that ended by now          (events: reply ends)
+        book it: PracticeModel.book(prompt, reply, arrival=now, now=now)
+
+`PracticeModel` (felab/mock_server/booking.py) is the code that serves live requests:
+the fleet routes, the replica's cache is looked up and its blocks inserted, the prefill
+lane gives the prompt its turn, blocks expire after `--cache-ttl` seconds of *trace*
+time. Nothing sleeps: the clock jumps from one event to the next, so an hour of traffic
+takes seconds. As live, a request finds the blocks of every prompt booked before it on
+its replica (the lane is first come first served).
+
+The prompt's keys are the trace's own ids, used as they are: Mooncake's ids already
+stand for a block *and everything before it* (see trace.py), which is what the
+practice server's chained keys are (cache.py, `block_keys`). Only full blocks are keys,
+as in the model: the first `input_length // block` ids; the last id names a partial
+block when the prompt does not end on a block boundary, and is never cached.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from felab.mock_server.booking import Booking, PracticeModel, Prompt
+from felab.mock_server.config import Settings
+from felab.replay.tally import Tally
+from felab.replay.trace import TraceRequest, check_blocks
+
+
+def prompt_of(request: TraceRequest, block: int) -> Prompt:
+    """The prompt as the model sees it: its length, the ids of its full blocks, its session."""
+    return Prompt(request.input_tokens, request.hash_ids[: request.input_tokens // block], request.session)
+
+
+def reply_end(booking: Booking) -> float:
+    """When its reply's last token is due (its first token, for an empty reply)."""
+    return booking.token_at(max(booking.reply_tokens - 1, 0))
+
+
+def replay(
+    path: Path, requests: Iterable[TraceRequest], settings: Settings, speed: float = 1.0
+) -> tuple[Tally, list[int], float]:
+    """Book every request in the model; the tally, the requests each replica served, and wall seconds."""
+    model, tally = PracticeModel(settings), Tally()
+    block = settings.block_tokens
+    ends: list[tuple[float, int, Booking]] = []  # replies still running, the soonest first
+    order = itertools.count()
+    t0 = time.perf_counter()
+    for request in requests:
+        check_blocks(path, request, block)
+        now = request.arrival_s / speed
+        while ends and ends[0][0] <= now:
+            model.finish(heapq.heappop(ends)[2])
+        booking = model.book(prompt_of(request, block), request.output_tokens, now, now)
+        tally.add(
+            now,
+            request.input_tokens,
+            booking.cached_tokens,
+            booking.ttft_s,
+            queue_s=booking.queue_s,
+            replica=booking.replica.index,
+            session=request.session,
+        )
+        heapq.heappush(ends, (reply_end(booking), next(order), booking))
+    wall = time.perf_counter() - t0
+    return tally, [r.stats.requests for r in model.fleet.replicas], wall
