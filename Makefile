@@ -6,6 +6,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # An extra installs on first use of the target that needs it: .venv/.installed-<extra> (see pyproject.toml).
 EXTRA = $(VENV)/.installed-$(1)
+# The folder the learner typed `make` in (make -C and 03-labs/ run this file from the kit folder):
+# the kit writes the commands it prints for that folder (felab/paths.py, from_here).
+export FELAB_CALLER_DIR ?= $(PWD)
 
 .DEFAULT_GOAL := help
 .PHONY: help setup demo mock check smoke bench test lint numbers new-lesson fw-check bundle bundle-serve \
