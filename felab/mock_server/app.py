@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
@@ -37,7 +38,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from felab.mock_server import metrics
 from felab.mock_server.booking import Booking, PracticeModel, Prompt
 from felab.mock_server.cache import block_keys, tokenize
-from felab.mock_server.config import Settings
+from felab.mock_server.config import HEALTH_NAME, Settings
 from felab.mock_server.faults import ERRORS, RETRY_AFTER_S, Faults, StreamCut
 from felab.mock_server.intake import Admission, Intake
 from felab.mock_server.wire import ApiError, ChatRequest, chat_template, validation_message
@@ -285,7 +286,8 @@ def add_routes(app: FastAPI, settings: Settings) -> None:
 
     @app.get("/health")
     async def health() -> dict:
-        return {"status": "ok"}
+        # `server` and `pid` let a second `make mock` name this one and the command that stops it
+        return {"status": "ok", "server": HEALTH_NAME, "pid": os.getpid()}
 
     @app.get("/v1/models")
     async def models() -> dict:
