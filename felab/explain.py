@@ -75,8 +75,7 @@ def explain(exc: Exception, target: Target) -> FelabError:
         wait = exc.response.headers.get("retry-after")
         when = f"{wait} s" if wait else "a minute"
         return FelabError(
-            f"The {name} server is rate limiting this key (HTTP 429: {said}). Wait {when} and run "
-            f"again; the results recorded so far are kept."
+            f"The {name} server is rate limiting this key (HTTP 429: {said}). Wait {when} and run again."
         )
     if status == 503:
         return FelabError(
