@@ -26,7 +26,7 @@ from felab.mock_server.launch import practice_server
 from felab.paths import KIT_ROOT, from_here, load_env
 from felab.results import read_records, results_path
 from felab.tables import table
-from felab.targets import TARGETS, default_url
+from felab.targets import TARGETS, configured_model, default_url, key_status
 
 PREFIX_BENCH = LESSONS_DIR / "06-prefix-caching" / "prefix_bench.py"
 
@@ -65,27 +65,36 @@ def cli() -> None:
 def check() -> None:
     """Show which local servers are up (URL and model) and whether FIREWORKS_API_KEY is set.
 
-    Never prints the key itself.
+    The URL and model are the ones a lesson script would use: FELAB_<TARGET>_URL and
+    FELAB_<TARGET>_MODEL (shell or .env) where set. Never prints the key itself.
     """
     load_env()
     rows = []
     for name, spec in TARGETS.items():
-        url = default_url(name)
+        url, model = default_url(name), configured_model(name)
         if spec.paid:
-            have = bool(os.environ.get(spec.key_env or "", "").strip())
-            state = f"{spec.key_env} is set" if have else f"{spec.key_env} is NOT set (see .env.example)"
-            rows.append({"target": name, "url": url, "status": state, "model": spec.model})
+            state = key_status(spec.key_env or "")
+            rows.append({"target": name, "url": url, "status": state, "model": model})
             continue
-        probe = openai.OpenAI(base_url=url, api_key="not-needed", max_retries=0, timeout=2.0)
-        try:
-            ids = [m.id for m in probe.models.list()]
-            status, model = "up", (spec.model or ", ".join(ids[:3]) or "no model")
-        except openai.APIStatusError as exc:  # answering, but /v1/models is not what we expect
-            status, model = f"up (HTTP {exc.status_code} on /v1/models)", spec.model or "?"
-        except openai.OpenAIError:
-            status, model = f"down (start: {spec.start_hint})", spec.model or "asked from the server"
-        rows.append({"target": name, "url": url, "status": status, "model": model})
+        status, model_shown = probe(name, url, model)
+        rows.append({"target": name, "url": url, "status": status, "model": model_shown})
     click.echo(table(rows))
+
+
+def probe(name: str, url: str, model: str | None) -> tuple[str, str]:
+    """Whether the server at `url` is up, and the model a script would ask it for."""
+    cli = openai.OpenAI(base_url=url, api_key="not-needed", max_retries=0, timeout=2.0)
+    try:
+        ids = [m.id for m in cli.models.list()]
+    except openai.APIStatusError as exc:  # answering, but /v1/models is not what we expect
+        return f"up (HTTP {exc.status_code} on /v1/models)", model or "?"
+    except openai.OpenAIError:
+        return f"down (start: {from_here(TARGETS[name].start_hint)})", model or "asked from the server"
+    if model is None:
+        return "up", ", ".join(ids[:3]) or "no model"
+    if ids and model not in ids and model != TARGETS[name].model:  # a FELAB_<TARGET>_MODEL it does not serve
+        return f"up, but it serves {', '.join(ids[:3])}", model
+    return "up", model
 
 
 def _run_script(script: str, *args: str, env: dict[str, str] | None = None) -> int:

@@ -14,7 +14,7 @@ import openai
 from felab.errors import FelabError
 from felab.explain import explain
 from felab.paths import load_env
-from felab.targets import NO_KEY, TARGETS, Target, default_url, env_value, required_key
+from felab.targets import NO_KEY, TARGETS, Target, configured_model, default_url, required_key
 
 
 def resolve(args: argparse.Namespace) -> Target:
@@ -26,7 +26,7 @@ def resolve(args: argparse.Namespace) -> Target:
 
     api_key = required_key(spec.key_env) if spec.key_env else NO_KEY
     target = Target(name, base_url, "", api_key, spec.paid, spec.start_hint, spec.key_env)
-    model = getattr(args, "model", None) or env_value(f"FELAB_{name.upper()}_MODEL") or spec.model
+    model = getattr(args, "model", None) or configured_model(name)
     if not model:
         model = served_model(target)
     return Target(name, base_url, model, api_key, spec.paid, spec.start_hint, spec.key_env)
