@@ -285,3 +285,71 @@ def test_make_check_in_the_lab_book_folder_prints_commands_for_that_folder() -> 
     assert "bash ../lessons/02-three-local-servers/serve_llamacpp.sh" in line  # works from 03-labs/
     mock_line = next(x for x in out.stdout.splitlines() if x.startswith("mock"))
     assert "start: make mock" in mock_line  # make targets work there as typed
+
+
+# ── 2. A Python without the kit gets the exact command, not ModuleNotFoundError ──
+
+
+@pytest.fixture(scope="module")
+def bare_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A Python with no felab and no packages: a fresh venv, as a learner's other project has."""
+    venv = tmp_path_factory.mktemp("other-project") / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    return str(venv / "bin" / "python")
+
+
+def run_with(python: str, script: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    return subprocess.run(
+        [python, str(script.relative_to(cwd)), *args], cwd=cwd, env=env, capture_output=True, text=True
+    )
+
+
+@pytest.mark.parametrize("script", ["prefix_bench.py", "affinity_bench.py"])
+def test_a_lesson_script_without_the_kit_names_the_kits_python(
+    script: str, bare_python: str, mock_url: str
+) -> None:
+    args = ("--target", "mock", "--base-url", mock_url, "--quick")
+    out = run_with(bare_python, LESSON06 / script, *args, cwd=LESSON06)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    said = " ".join(out.stderr.split())
+    assert said.startswith(f"error: this Python ({bare_python}) has no felab")
+    command = backticked(said)[0]
+    assert command == f"../../.venv/bin/python {script} " + " ".join(args)
+    assert "source ../../.venv/bin/activate" in backticked(said)
+    followed = subprocess.run(command.split(), cwd=LESSON06, capture_output=True, text=True, timeout=120)
+    assert followed.returncode == 0, followed.stderr  # following it, from the same folder
+
+
+def test_from_the_kit_folder_the_command_is_written_for_the_kit_folder(bare_python: str) -> None:
+    out = run_with(bare_python, PREFIX_BENCH, "--target", "mock", cwd=KIT)
+    said = " ".join(out.stderr.split())
+    assert backticked(said)[0] == ".venv/bin/python lessons/06-prefix-caching/prefix_bench.py --target mock"
+
+
+def test_a_new_lessons_script_has_the_guard(tmp_path: Path, bare_python: str) -> None:
+    from felab.course.new_lesson import create_lesson
+
+    (tmp_path / "felab").symlink_to(KIT / "felab")  # a kit: its felab/, and lessons/ beside it
+    folder = create_lesson("07", "batching", tmp_path / "lessons")
+    out = run_with(bare_python, folder / "batching.py", "--target", "mock", cwd=folder)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "has no felab" in out.stderr and "batching.py --target mock`" in out.stderr
+
+
+def test_no_kit_advice_when_the_kits_environment_is_missing_or_broken(tmp_path: Path) -> None:
+    from felab import no_kit
+
+    kit, lesson = tmp_path / "kit", tmp_path / "kit" / "lessons" / "06-prefix-caching"
+    lesson.mkdir(parents=True)
+    said = no_kit.advice(kit, lesson, ["prefix_bench.py"], "/usr/bin/python3", "/usr", "felab")
+    assert "`make -C ../.. setup`" in said and "`../../.venv/bin/python prefix_bench.py`" in said
+    assert "`make setup`" in no_kit.advice(kit, kit, ["x.py"], "/usr/bin/python3", "/usr", "felab")
+
+    (kit / ".venv" / "bin").mkdir(parents=True)
+    (kit / ".venv" / "bin" / "python").touch()
+    broken = no_kit.advice(
+        kit, lesson, ["prefix_bench.py"], str(kit / ".venv/bin/python"), str(kit / ".venv"), "openai"
+    )
+    assert "has no openai, though it is the kit's own" in broken
+    assert "`../../.venv/bin/python -m pip install -e ../..`" in broken

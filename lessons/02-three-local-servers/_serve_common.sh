@@ -14,6 +14,16 @@
 
 SCRIPT="${BASH_SOURCE[1]:-$0}"   # the serve_*.sh that sources this file
 SCRIPT_NAME="${SCRIPT##*/}"      # its name, which starts its messages
+KIT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+
+# kit_make TARGET: `make TARGET` as typed in the folder you ran the script from (advice to paste).
+kit_make() {
+  if [[ "$PWD" == "$KIT_ROOT" || "$PWD" == "$KIT_ROOT/03-labs" ]]; then echo "make $1"; return; fi
+  local rel
+  rel="$(python3 -c 'import os, sys; print(os.path.relpath(*sys.argv[1:]))' "$KIT_ROOT" "$PWD" 2>/dev/null)" \
+    || rel="$KIT_ROOT"
+  echo "make -C $rel $1"
+}
 
 # usage: print the script's header comment (its HELP_LINES), without the leading "# ".
 usage() { sed -n "${HELP_LINES}p" "$SCRIPT" | sed 's/^# \{0,1\}//'; }

@@ -25,7 +25,15 @@ from __future__ import annotations
 
 import datetime as dt
 
-from felab import banner, client, lesson_parser, percentile, ratio, record, resolve, run, stream_once, table
+try:  # the kit's library: in a Python without it, felab/no_kit.py says which Python has it
+    from felab import resolve
+except ModuleNotFoundError:
+    import pathlib
+    import runpy
+
+    runpy.run_path(str(pathlib.Path(__file__).parents[2] / "felab" / "no_kit.py"), run_name="__main__")
+
+from felab import banner, client, lesson_parser, percentile, ratio, record, run, stream_once, table
 from felab.prices import add_price_args, price_for
 from felab.targets import cold_start_advice
 from felab.usage import report_usage
