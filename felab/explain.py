@@ -1,9 +1,11 @@
 """Server errors, explained: an `openai` exception from a call becomes one paragraph for the learner.
 
 Dispatches on the HTTP status and the error `type` the server sent (never on
-message text, which changes between versions). The advice is worked out from
-the target: its start command comes from the target table (targets.py), not
-from text repeated here. The API key is never part of any message.
+message text, which changes between versions; the one exception, engines whose
+over-context error has no type of its own, is context_fit.py's). The advice is
+worked out from the target and what the server reported: its start command
+comes from the target table (targets.py), not from text repeated here. The API
+key is never part of any message.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import openai
 
 from felab import paths
+from felab.context_fit import read_overflow, request_chars, too_long
 from felab.errors import FelabError
 from felab.paths import from_here
 from felab.targets import Target
@@ -48,16 +51,8 @@ def explain(exc: Exception, target: Target) -> FelabError:
         return FelabError(f"The call to the {name} server at {url} failed: {exc}")
 
     status, said = exc.status_code, _server_message(exc)
-    body = exc.body if isinstance(exc.body, dict) else {}
-    if status == 400 and body.get("type") == "exceed_context_size_error":
-        have = body.get("n_ctx", "too few")
-        need = body.get("n_prompt_tokens", "more")
-        return FelabError(
-            f"The prompt ({need} tokens) does not fit the context each seat of the {name} server has "
-            f"({have} tokens). llama.cpp splits its context between its seats: 8192 tokens over 4 seats "
-            f"leaves 2,048 each, too few for the 3,000-token opening. Stop the server (Ctrl+C) and "
-            f"restart it with room for 4,096 tokens a seat: `{from_here(target.start_hint)}`."
-        )
+    if status == 400 and (over := read_overflow(exc)) is not None:  # the prompt is over the context
+        return FelabError(too_long(target, over, request_chars(exc)))
     if status == 401:
         key_hint = (
             f"Check {target.key_env} in {_env_file()} (copy the key again from your dashboard; no quotes, "
