@@ -26,7 +26,7 @@ from felab.mock_server.launch import practice_server
 from felab.paths import KIT_ROOT, from_here, load_env
 from felab.results import read_records, results_path
 from felab.tables import table
-from felab.targets import TARGETS, configured_model, default_url, key_status
+from felab.targets import TARGETS, configured_model, default_url, key_status, start_command
 
 PREFIX_BENCH = LESSONS_DIR / "06-prefix-caching" / "prefix_bench.py"
 
@@ -89,7 +89,7 @@ def probe(name: str, url: str, model: str | None) -> tuple[str, str]:
     except openai.APIStatusError as exc:  # answering, but /v1/models is not what we expect
         return f"up (HTTP {exc.status_code} on /v1/models)", model or "?"
     except openai.OpenAIError:
-        return f"down (start: {from_here(TARGETS[name].start_hint)})", model or "asked from the server"
+        return f"down (start: {start_command(name, url)})", model or "asked from the server"
     if model is None:
         return "up", ", ".join(ids[:3]) or "no model"
     if ids and model not in ids and model != TARGETS[name].model:  # a FELAB_<TARGET>_MODEL it does not serve
@@ -212,7 +212,10 @@ def bundle_build() -> None:
 
     site = b.build()
     click.echo(f"built the course pages: {site / 'index.html'}")
-    click.echo("open them with `make bundle-serve` (typed numbers are kept per address, so use that one).")
+    click.echo(
+        f"open them with `{from_here('make bundle-serve')}` (typed numbers are kept per address, "
+        f"so use that one)."
+    )
 
 
 @bundle.command("serve")
@@ -249,7 +252,10 @@ def numbers(fmt: str | None) -> None:
         click.echo(nb.as_json(found))
         return
     if not found:
-        click.echo(f"nothing recorded yet under {nb.results_dir()}: run a lesson first (make demo does).")
+        click.echo(
+            f"nothing recorded yet under {nb.results_dir()}: run a lesson first "
+            f"(`{from_here('make demo')}` does)."
+        )
         return
     click.echo(nb.as_text(found))
     for key, rows in found.items():

@@ -16,7 +16,7 @@ from felab import paths
 from felab.context_fit import read_overflow, request_chars, too_long
 from felab.errors import FelabError
 from felab.paths import from_here
-from felab.targets import Target
+from felab.targets import Target, start_command
 
 
 def _server_message(exc: openai.APIStatusError) -> str:
@@ -43,7 +43,7 @@ def explain(exc: Exception, target: Target) -> FelabError:
     if isinstance(exc, openai.APIConnectionError):
         return FelabError(
             f"Could not connect to the {name} server at {url}: nothing is listening there. "
-            f"Start it with `{from_here(target.start_hint)}` (in another terminal) and wait until it says it "
+            f"Start it with `{start_command(name, url)}` (in another terminal) and wait until it says it "
             f"is listening; `{from_here('make check')}` shows which servers are up. If it listens "
             f"elsewhere, pass --base-url or set FELAB_{name.upper()}_URL in .env."
         )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import unicodedata
 from dataclasses import dataclass
 
@@ -131,6 +132,29 @@ def fireworks_root() -> str:
     /inference/v1 below it, the control plane (make fw-check) at /v1/accounts/..."""
     load_env()
     return (env_value("FIREWORKS_BASE_URL") or FIREWORKS_ROOT).rstrip("/")
+
+
+PORT_VARIABLES = {"llamacpp": "LLAMACPP_PORT", "mlx": "MLX_PORT", "ollama": "OLLAMA_PORT"}
+"""The variable each serve_*.sh script reads its port from."""
+
+
+def start_command(name: str, base_url: str) -> str:
+    """The command that starts target `name` listening at `base_url`, written for the learner's
+    folder: the table's, with the port added where the address is not the table's."""
+    command = TARGETS[name].start_hint
+    port, usual = _port(base_url), _port(TARGETS[name].url)
+    if port is None or port == usual or not re.match(r"https?://(127\.0\.0\.1|localhost)[:/]", base_url):
+        return paths.from_here(command)
+    if name in PORT_VARIABLES:
+        return f"{PORT_VARIABLES[name]}={port} {paths.from_here(command)}"
+    if name == "mock":
+        return f"{paths.from_here('.venv/bin/python')} -m felab.mock_server --port {port}"
+    return f"{command} --port {port}"
+
+
+def _port(url: str) -> int | None:
+    found = re.match(r"https?://[^/:]+:(\d+)", url)
+    return int(found.group(1)) if found else None
 
 
 def cold_start_advice(target: Target) -> str:

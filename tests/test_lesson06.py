@@ -63,9 +63,11 @@ def test_connection_refused_is_one_clear_paragraph() -> None:
     out = run_script(PREFIX_BENCH, "--target", "mock", "--base-url", "http://127.0.0.1:9/v1")
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
-    # the commands are written for the folder the learner is in (the lesson's)
+    # the commands are written for the folder the learner is in (the lesson's), and start the
+    # practice server where this run looked for it (make mock would listen on 8765, not 9)
     assert "http://127.0.0.1:9/v1" in out.stderr
-    assert "`make -C ../.. mock`" in out.stderr and "`make -C ../.. check`" in out.stderr
+    assert "`../../.venv/bin/python -m felab.mock_server --port 9`" in out.stderr
+    assert "`make -C ../.. check`" in out.stderr
 
 
 def test_an_unknown_model_says_to_pass_another(mock_url: str) -> None:

@@ -353,3 +353,27 @@ def test_no_kit_advice_when_the_kits_environment_is_missing_or_broken(tmp_path: 
     )
     assert "has no openai, though it is the kit's own" in broken
     assert "`../../.venv/bin/python -m pip install -e ../..`" in broken
+
+
+# ── Siblings: a start command for the address the run used ─────────────────
+
+
+def test_start_commands_follow_the_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    from felab.targets import start_command
+
+    monkeypatch.chdir(LESSON06)
+    serve = "bash ../02-three-local-servers/serve_llamacpp.sh Q4_K_M 16384 4"
+    assert start_command("llamacpp", "http://127.0.0.1:8080/v1") == serve
+    assert start_command("llamacpp", "http://127.0.0.1:9090/v1") == f"LLAMACPP_PORT=9090 {serve}"
+    assert start_command("mock", "http://127.0.0.1:8765/v1") == "make -C ../.. mock"
+    assert start_command("mock", "http://localhost:9000/v1") == (
+        "../../.venv/bin/python -m felab.mock_server --port 9000"
+    )
+    assert start_command("vllm", "http://127.0.0.1:8001/v1") == "vllm serve <model> --port 8001"
+
+
+def test_a_refused_llamacpp_on_another_port_names_that_port() -> None:
+    out = run_script(PREFIX_BENCH, "--target", "llamacpp", "--base-url", "http://127.0.0.1:9/v1")
+    said = " ".join(out.stderr.split())
+    assert out.returncode == 2
+    assert "`LLAMACPP_PORT=9 bash ../02-three-local-servers/serve_llamacpp.sh Q4_K_M 16384 4`" in said

@@ -84,11 +84,13 @@ answers() {
   fi
 }
 
-# need_free_port PORT VARIABLE URL: exit 1 if something already answers at URL,
-# naming the environment VARIABLE that picks another PORT.
+# need_free_port PORT VARIABLE URL: exit 1 if something already answers at URL, naming
+# the command that finds its process (never a kill by name) and the VARIABLE that picks another PORT.
 need_free_port() {
   if answers "$3"; then
-    fail 1 "something already answers on port $1. Stop it first, or set $2."
+    fail 1 "something already answers on port $1 (an earlier server?). Stop that one: Ctrl+C in its" \
+      "terminal, or \`kill PID\` with the PID that \`lsof -nP -iTCP:$1 -sTCP:LISTEN\` shows. Or start this" \
+      "one on another port with $2=<port> and pass its address to the lesson scripts with --base-url."
   fi
 }
 
