@@ -48,7 +48,7 @@ bench: $(STAMP) ## how faithful the practice server is: TTFT measured vs predict
 fw-check: $(call EXTRA,fireworks) ## anything on Fireworks still billing, and the command that stops it (fails closed)
 	@$(PY) -m felab fw-check
 
-numbers: $(call EXTRA,plot) ## your numbers: the latest recorded run per lesson, target and order (and a TTFT picture)
+numbers: $(call EXTRA,plot) ## your numbers: the latest cold run per lesson, target and order (and a TTFT picture)
 	@$(PY) -m felab numbers
 
 new-lesson: $(STAMP) ## create lessons/N-NAME/ that already runs: make new-lesson N=07 NAME=batching

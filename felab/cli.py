@@ -237,7 +237,7 @@ def bundle_serve(port: int) -> None:
 @click.option("--csv", "fmt", flag_value="csv", help="one CSV table, for a spreadsheet")
 @click.option("--json", "fmt", flag_value="json", help="JSON, for a program")
 def numbers(fmt: str | None) -> None:
-    """Your numbers: the latest recorded run per lesson, target and order, ready to copy.
+    """Your numbers: the latest cold run per lesson, target and order, ready to copy.
 
     Reads everything under results/ (or $FELAB_RESULTS_DIR). In the default
     view it also draws each call's TTFT to results/<key>-ttft.png.

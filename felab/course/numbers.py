@@ -1,10 +1,11 @@
-"""Your numbers: the latest recorded row of each lesson, per target and order.
+"""Your numbers: the latest recorded cold row of each lesson, per target and order.
 
 Every run appends a line to `results/<key>.jsonl` (key `06-prefix` belongs to
-lesson 06). For the wrap-up only the latest run of each (target, order)
-counts, so that is what `make numbers` prints, ready to copy. Where runs
-recorded each call's TTFT, a picture is drawn beside the results:
-`results/<key>-ttft.png`, one panel per target, one line per order.
+lesson 06). For the wrap-up only the latest cold run of each (target, order)
+counts (a run whose call 1 was already cached, `warm_start`, is flagged and
+used only when there is no cold one), so that is what `make numbers` prints,
+ready to copy. Where runs recorded each call's TTFT, a picture is drawn beside
+the results: `results/<key>-ttft.png`, one panel per target, one line per order.
 """
 
 from __future__ import annotations
@@ -225,7 +226,7 @@ def as_json(found: dict[str, list[dict[str, Any]]]) -> str:
 
 
 def as_text(found: dict[str, list[dict[str, Any]]]) -> str:
-    """A table per key (latest run per target and order), then each lesson's numbers to write down."""
+    """A table per key (latest cold run per target and order), then each lesson's numbers to write down."""
     parts = []
     for key, rows in found.items():
         lesson = key.split("-", 1)[0]
