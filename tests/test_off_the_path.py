@@ -30,8 +30,9 @@ LABS = KIT / "03-labs"
 
 
 def make(folder: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """`make ARGS` typed in `folder` (PWD as a shell sets it)."""
-    env = {**os.environ, "PWD": str(folder)}
+    """`make ARGS` typed in `folder`, as in a learner's shell (PWD set, not inside another make)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env["PWD"] = str(folder)
     return subprocess.run(
         ["make", *args], cwd=folder, env=env, capture_output=True, text=True, timeout=timeout
     )
