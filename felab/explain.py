@@ -61,6 +61,11 @@ def explain(exc: Exception, target: Target) -> FelabError:
             else "This server expects an API key: pass the one it was started with."
         )
         return FelabError(f"The {name} server refused the API key (HTTP 401: {said}). {key_hint}")
+    if status == 404 and not url.endswith("/v1"):  # the OpenAI routes live under /v1
+        return FelabError(
+            f"The {name} server at {url} answered HTTP 404 ({said}): its OpenAI-compatible address "
+            f"usually ends in /v1. Pass `--base-url {url}/v1`."
+        )
     if status == 404:
         return FelabError(
             f"The {name} server has no model {target.model!r} (HTTP 404: {said}). Model ids change: "

@@ -378,3 +378,23 @@ def test_a_refused_llamacpp_on_another_port_names_that_port() -> None:
     said = " ".join(out.stderr.split())
     assert out.returncode == 2
     assert "`LLAMACPP_PORT=9 bash ../02-three-local-servers/serve_llamacpp.sh Q4_K_M 16384 4`" in said
+
+
+# ── Siblings: an address typed without http:// or without /v1 ────────────────
+
+
+def test_a_base_url_without_a_scheme_names_the_fixed_one(mock_url: str) -> None:
+    bare = mock_url.removeprefix("http://")
+    out = run_script(PREFIX_BENCH, "--base-url", bare, "--quick")
+    said = " ".join(out.stderr.split())
+    assert out.returncode == 2 and "without http:// in front" in said
+    fixed = backticked(said)[0]
+    assert fixed == f"--base-url {mock_url}"
+    assert run_script(PREFIX_BENCH, *fixed.split(), "--quick").returncode == 0  # following it
+
+
+def test_a_base_url_without_v1_says_so(mock_url: str) -> None:
+    out = run_script(PREFIX_BENCH, "--base-url", mock_url.removesuffix("/v1"), "--quick")
+    said = " ".join(out.stderr.split())
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert f"`--base-url {mock_url}`" in said
