@@ -69,16 +69,19 @@ def check() -> None:
     FELAB_<TARGET>_MODEL (shell or .env) where set. Never prints the key itself.
     """
     load_env()
-    rows = []
+    rows, notes = [], []
     for name, spec in TARGETS.items():
         url, model = default_url(name), configured_model(name)
         if spec.paid:
-            state = key_status(spec.key_env or "")
+            state, problem = key_status(spec.key_env or "")
             rows.append({"target": name, "url": url, "status": state, "model": model})
+            notes += [f"note: {problem}"] if problem else []
             continue
         status, model_shown = probe(name, url, model)
         rows.append({"target": name, "url": url, "status": status, "model": model_shown})
     click.echo(table(rows))
+    for note in notes:
+        click.echo(f"\n{note}")
 
 
 def probe(name: str, url: str, model: str | None) -> tuple[str, str]:

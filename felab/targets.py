@@ -224,12 +224,14 @@ def required_key(env_name: str) -> str:
     return key
 
 
-def key_status(env_name: str) -> str:
-    """One line for `make check`: whether the key is set and can be sent (never the key)."""
+def key_status(env_name: str) -> tuple[str, str | None]:
+    """For `make check`: a short state (is the key set, can it be sent), and the message that
+    says what to do when it cannot be sent. Never the key."""
     try:
         required_key(env_name)
     except FelabError as exc:
-        if env_value(env_name):
-            return f"{env_name} is set but cannot be sent: {exc.message}"
-        return f"{env_name} is NOT set (see .env.example)"
-    return f"{env_name} is set"
+        key = env_value(env_name)
+        if key:
+            return f"{env_name} is set but cannot be sent (it contains {unsendable(key)})", exc.message
+        return f"{env_name} is NOT set (see .env.example)", None
+    return f"{env_name} is set", None

@@ -196,7 +196,8 @@ def test_make_check_says_a_key_cannot_be_sent(name: str, monkeypatch: pytest.Mon
     monkeypatch.setenv("FIREWORKS_API_KEY", key)
     out = run_felab("check")
     line = " ".join(out.stdout.split())
-    assert "FIREWORKS_API_KEY is set but cannot be sent" in line and what in line
+    assert "FIREWORKS_API_KEY is set but cannot be sent (it contains " in line and f"{what})" in line
+    assert "note: FIREWORKS_API_KEY contains" in line and "Copy the key again" in line
     assert "abc" not in out.stdout + out.stderr  # no part of the key
 
 
