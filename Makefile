@@ -6,6 +6,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # An extra installs on first use of the target that needs it: .venv/.installed-<extra> (see pyproject.toml).
 EXTRA = $(VENV)/.installed-$(1)
+# The folder the learner typed `make` in (make -C and 03-labs/ run this file from the kit folder):
+# the kit writes the commands it prints for that folder (felab/paths.py, from_here).
+export FELAB_CALLER_DIR ?= $(PWD)
 
 .DEFAULT_GOAL := help
 .PHONY: help setup demo mock check smoke bench test lint numbers new-lesson fw-check bundle bundle-serve \
@@ -49,7 +52,7 @@ fw-check: $(call EXTRA,fireworks) ## anything on Fireworks still billing, and th
 replay: $(call EXTRA,plot) ## a production trace through the practice server's model: make replay TRACE=f ARGS="--replicas 1,8"
 	@$(PY) -m felab replay $(TRACE) $(ARGS)
 
-numbers: $(call EXTRA,plot) ## your numbers: the latest recorded run per lesson, target and order (and a TTFT picture)
+numbers: $(call EXTRA,plot) ## your numbers: the latest cold run per lesson, target and order (and a TTFT picture)
 	@$(PY) -m felab numbers
 
 new-lesson: $(STAMP) ## create lessons/N-NAME/ that already runs: make new-lesson N=07 NAME=batching

@@ -26,7 +26,7 @@ from felab.mock_server.launch import practice_server
 from felab.paths import KIT_ROOT, from_here, load_env
 from felab.results import read_records, results_path
 from felab.tables import table
-from felab.targets import TARGETS, default_url
+from felab.targets import TARGETS, configured_model, default_url, key_status, start_command
 
 PREFIX_BENCH = LESSONS_DIR / "06-prefix-caching" / "prefix_bench.py"
 
@@ -65,27 +65,39 @@ def cli() -> None:
 def check() -> None:
     """Show which local servers are up (URL and model) and whether FIREWORKS_API_KEY is set.
 
-    Never prints the key itself.
+    The URL and model are the ones a lesson script would use: FELAB_<TARGET>_URL and
+    FELAB_<TARGET>_MODEL (shell or .env) where set. Never prints the key itself.
     """
     load_env()
-    rows = []
+    rows, notes = [], []
     for name, spec in TARGETS.items():
-        url = default_url(name)
+        url, model = default_url(name), configured_model(name)
         if spec.paid:
-            have = bool(os.environ.get(spec.key_env or "", "").strip())
-            state = f"{spec.key_env} is set" if have else f"{spec.key_env} is NOT set (see .env.example)"
-            rows.append({"target": name, "url": url, "status": state, "model": spec.model})
+            state, problem = key_status(spec.key_env or "")
+            rows.append({"target": name, "url": url, "status": state, "model": model})
+            notes += [f"note: {problem}"] if problem else []
             continue
-        probe = openai.OpenAI(base_url=url, api_key="not-needed", max_retries=0, timeout=2.0)
-        try:
-            ids = [m.id for m in probe.models.list()]
-            status, model = "up", (spec.model or ", ".join(ids[:3]) or "no model")
-        except openai.APIStatusError as exc:  # answering, but /v1/models is not what we expect
-            status, model = f"up (HTTP {exc.status_code} on /v1/models)", spec.model or "?"
-        except openai.OpenAIError:
-            status, model = f"down (start: {spec.start_hint})", spec.model or "asked from the server"
-        rows.append({"target": name, "url": url, "status": status, "model": model})
+        status, model_shown = probe(name, url, model)
+        rows.append({"target": name, "url": url, "status": status, "model": model_shown})
     click.echo(table(rows))
+    for note in notes:
+        click.echo(f"\n{note}")
+
+
+def probe(name: str, url: str, model: str | None) -> tuple[str, str]:
+    """Whether the server at `url` is up, and the model a script would ask it for."""
+    cli = openai.OpenAI(base_url=url, api_key="not-needed", max_retries=0, timeout=2.0)
+    try:
+        ids = [m.id for m in cli.models.list()]
+    except openai.APIStatusError as exc:  # answering, but /v1/models is not what we expect
+        return f"up (HTTP {exc.status_code} on /v1/models)", model or "?"
+    except openai.OpenAIError:
+        return f"down (start: {start_command(name, url)})", model or "asked from the server"
+    if model is None:
+        return "up", ", ".join(ids[:3]) or "no model"
+    if ids and model not in ids and model != TARGETS[name].model:  # a FELAB_<TARGET>_MODEL it does not serve
+        return f"up, but it serves {', '.join(ids[:3])}", model
+    return "up", model
 
 
 def _run_script(script: str, *args: str, env: dict[str, str] | None = None) -> int:
@@ -203,7 +215,10 @@ def bundle_build() -> None:
 
     site = b.build()
     click.echo(f"built the course pages: {site / 'index.html'}")
-    click.echo("open them with `make bundle-serve` (typed numbers are kept per address, so use that one).")
+    click.echo(
+        f"open them with `{from_here('make bundle-serve')}` (typed numbers are kept per address, "
+        f"so use that one)."
+    )
 
 
 @bundle.command("serve")
@@ -225,7 +240,7 @@ def bundle_serve(port: int) -> None:
 @click.option("--csv", "fmt", flag_value="csv", help="one CSV table, for a spreadsheet")
 @click.option("--json", "fmt", flag_value="json", help="JSON, for a program")
 def numbers(fmt: str | None) -> None:
-    """Your numbers: the latest recorded run per lesson, target and order, ready to copy.
+    """Your numbers: the latest cold run per lesson, target and order, ready to copy.
 
     Reads everything under results/ (or $FELAB_RESULTS_DIR). In the default
     view it also draws each call's TTFT to results/<key>-ttft.png.
@@ -240,7 +255,10 @@ def numbers(fmt: str | None) -> None:
         click.echo(nb.as_json(found))
         return
     if not found:
-        click.echo(f"nothing recorded yet under {nb.results_dir()}: run a lesson first (make demo does).")
+        click.echo(
+            f"nothing recorded yet under {nb.results_dir()}: run a lesson first "
+            f"(`{from_here('make demo')}` does)."
+        )
         return
     click.echo(nb.as_text(found))
     for key, rows in found.items():

@@ -8,13 +8,14 @@ banner(target)             # which server and model this run measures (never the
 from __future__ import annotations
 
 import argparse
+import re
 
 import openai
 
 from felab.errors import FelabError
 from felab.explain import explain
 from felab.paths import load_env
-from felab.targets import NO_KEY, TARGETS, Target, default_url, env_value, required_key
+from felab.targets import NO_KEY, TARGETS, Target, configured_model, default_url, required_key
 
 
 def resolve(args: argparse.Namespace) -> Target:
@@ -22,14 +23,26 @@ def resolve(args: argparse.Namespace) -> Target:
     load_env()
     name: str = args.target
     spec = TARGETS[name]
-    base_url = (getattr(args, "base_url", None) or default_url(name)).rstrip("/")
+    flag = getattr(args, "base_url", None)
+    base_url = with_scheme(flag or default_url(name), "--base-url" if flag else f"FELAB_{name.upper()}_URL")
 
     api_key = required_key(spec.key_env) if spec.key_env else NO_KEY
     target = Target(name, base_url, "", api_key, spec.paid, spec.start_hint, spec.key_env)
-    model = getattr(args, "model", None) or env_value(f"FELAB_{name.upper()}_MODEL") or spec.model
+    model = getattr(args, "model", None) or configured_model(name)
     if not model:
         model = served_model(target)
     return Target(name, base_url, model, api_key, spec.paid, spec.start_hint, spec.key_env)
+
+
+def with_scheme(url: str, source: str) -> str:
+    """`url` without a trailing slash; a FelabError if it lacks http:// or https:// (the client
+    would only say it could not connect)."""
+    url = url.rstrip("/")
+    if re.match(r"^https?://", url):
+        return url
+    fixed = f"http://{url.split('://', 1)[-1]}"
+    how = f"`--base-url {fixed}`" if source == "--base-url" else f"`{source}={fixed}` in .env (or the shell)"
+    raise FelabError(f"{source} is {url!r}, an address without http:// in front. Use {how}.")
 
 
 def served_model(target: Target) -> str:

@@ -35,8 +35,8 @@ def run(main: Callable[[], object]) -> None:
     """Run a lesson's `main()` and turn a FelabError or Ctrl+C into a clear exit.
 
     Use it as the last line of a lesson script: `if __name__ == "__main__": run(main)`.
-    Results recorded before the error stay recorded: `record()` writes each row
-    as soon as it is measured.
+    Rows recorded before the error stay recorded (`record()` writes each one
+    whole as soon as it is called), and the exit says which, or that there were none.
     """
     try:
         main()
@@ -44,7 +44,32 @@ def run(main: Callable[[], object]) -> None:
         if os.environ.get("FELAB_DEBUG"):
             raise
         fail(exc.message)
+        if recorded():
+            print(f"note: {what_was_recorded()}", file=sys.stderr)
         sys.exit(EXIT_ERROR)
     except KeyboardInterrupt:
-        print("\ninterrupted: what was recorded so far is kept under results/", file=sys.stderr)
+        print(f"\ninterrupted: {what_was_recorded()}", file=sys.stderr)
         sys.exit(130)
+
+
+def recorded() -> list[str]:
+    """The results files this run wrote rows to, each once, as paths from the learner's folder."""
+    from felab.paths import learner_folder
+    from felab.results import RECORDED
+
+    here = learner_folder()
+    return list(dict.fromkeys(os.path.relpath(path, here) for path in RECORDED))
+
+
+def what_was_recorded() -> str:
+    """The truth about this run's records, for a run that stopped before its end."""
+    from felab.results import RECORDED
+
+    files = recorded()
+    if not files:
+        return (
+            "this run recorded nothing (a lesson records its results when its measurement is "
+            "complete), so nothing of it is in results/. Run it again for its numbers."
+        )
+    rows = f"{len(RECORDED)} row" + ("s" if len(RECORDED) > 1 else "")
+    return f"this run recorded {rows} before it stopped, kept in {', '.join(files)}."

@@ -1,9 +1,11 @@
 """Server errors, explained: an `openai` exception from a call becomes one paragraph for the learner.
 
 Dispatches on the HTTP status and the error `type` the server sent (never on
-message text, which changes between versions). The advice is worked out from
-the target: its start command comes from the target table (targets.py), not
-from text repeated here. The API key is never part of any message.
+message text, which changes between versions; the one exception, engines whose
+over-context error has no type of its own, is context_fit.py's). The advice is
+worked out from the target and what the server reported: its start command
+comes from the target table (targets.py), not from text repeated here. The API
+key is never part of any message.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from __future__ import annotations
 import openai
 
 from felab import paths
+from felab.context_fit import read_overflow, request_chars, too_long
 from felab.errors import FelabError
 from felab.paths import from_here
-from felab.targets import Target
+from felab.targets import Target, start_command
 
 
 def _server_message(exc: openai.APIStatusError) -> str:
@@ -40,7 +43,7 @@ def explain(exc: Exception, target: Target) -> FelabError:
     if isinstance(exc, openai.APIConnectionError):
         return FelabError(
             f"Could not connect to the {name} server at {url}: nothing is listening there. "
-            f"Start it with `{from_here(target.start_hint)}` (in another terminal) and wait until it says it "
+            f"Start it with `{start_command(name, url)}` (in another terminal) and wait until it says it "
             f"is listening; `{from_here('make check')}` shows which servers are up. If it listens "
             f"elsewhere, pass --base-url or set FELAB_{name.upper()}_URL in .env."
         )
@@ -48,16 +51,8 @@ def explain(exc: Exception, target: Target) -> FelabError:
         return FelabError(f"The call to the {name} server at {url} failed: {exc}")
 
     status, said = exc.status_code, _server_message(exc)
-    body = exc.body if isinstance(exc.body, dict) else {}
-    if status == 400 and body.get("type") == "exceed_context_size_error":
-        have = body.get("n_ctx", "too few")
-        need = body.get("n_prompt_tokens", "more")
-        return FelabError(
-            f"The prompt ({need} tokens) does not fit the context each seat of the {name} server has "
-            f"({have} tokens). llama.cpp splits its context between its seats: 8192 tokens over 4 seats "
-            f"leaves 2,048 each, too few for the 3,000-token opening. Stop the server (Ctrl+C) and "
-            f"restart it with room for 4,096 tokens a seat: `{from_here(target.start_hint)}`."
-        )
+    if status == 400 and (over := read_overflow(exc)) is not None:  # the prompt is over the context
+        return FelabError(too_long(target, over, request_chars(exc)))
     if status == 401:
         key_hint = (
             f"Check {target.key_env} in {_env_file()} (copy the key again from your dashboard; no quotes, "
@@ -66,6 +61,11 @@ def explain(exc: Exception, target: Target) -> FelabError:
             else "This server expects an API key: pass the one it was started with."
         )
         return FelabError(f"The {name} server refused the API key (HTTP 401: {said}). {key_hint}")
+    if status == 404 and not url.endswith("/v1"):  # the OpenAI routes live under /v1
+        return FelabError(
+            f"The {name} server at {url} answered HTTP 404 ({said}): its OpenAI-compatible address "
+            f"usually ends in /v1. Pass `--base-url {url}/v1`."
+        )
     if status == 404:
         return FelabError(
             f"The {name} server has no model {target.model!r} (HTTP 404: {said}). Model ids change: "
@@ -75,8 +75,7 @@ def explain(exc: Exception, target: Target) -> FelabError:
         wait = exc.response.headers.get("retry-after")
         when = f"{wait} s" if wait else "a minute"
         return FelabError(
-            f"The {name} server is rate limiting this key (HTTP 429: {said}). Wait {when} and run "
-            f"again; the results recorded so far are kept."
+            f"The {name} server is rate limiting this key (HTTP 429: {said}). Wait {when} and run again."
         )
     if status == 503:
         return FelabError(

@@ -35,17 +35,40 @@ def results_dir() -> Path:
     return Path(override).expanduser() if override else KIT_ROOT / "results"
 
 
+def learner_folder() -> Path:
+    """The folder the learner typed the command in.
+
+    A make target runs in the kit folder even when it was typed elsewhere
+    (`make -C ../.. check`, or `make check` in 03-labs/), so the Makefile passes
+    the learner's folder on as FELAB_CALLER_DIR; a script run directly uses its
+    working folder.
+    """
+    named = os.environ.get("FELAB_CALLER_DIR", "")
+    if named and Path(named).is_dir():
+        return Path(named).resolve()
+    return Path.cwd().resolve()
+
+
+KIT_PATHS = ("lessons/", ".venv/")
+"""Words of a kit-root command that are paths inside the kit, rewritten by `from_here()`."""
+
+MAKE_FORWARDED = ("03-labs",)
+"""Folders whose Makefile forwards every target to the kit's: `make check` works there as it is."""
+
+
 def from_here(command: str) -> str:
-    """Rewrite a command written for the kit root so it works from the current folder.
+    """Rewrite a command written for the kit root so it works from the learner's folder.
 
     `make check` becomes `make -C ../.. check` in a lesson folder, and
     `bash lessons/02-.../serve_llamacpp.sh` becomes `bash ../02-.../serve_llamacpp.sh`.
     """
-    here = Path.cwd().resolve()
+    here = learner_folder()
     if here == KIT_ROOT:
         return command
     root = os.path.relpath(KIT_ROOT, here)
     words = command.split(" ")
     if words[0] == "make":
+        if here in (KIT_ROOT / name for name in MAKE_FORWARDED):
+            return command
         return " ".join(["make", "-C", root, *words[1:]])
-    return " ".join(os.path.relpath(KIT_ROOT / w, here) if w.startswith("lessons/") else w for w in words)
+    return " ".join(os.path.relpath(KIT_ROOT / w, here) if w.startswith(KIT_PATHS) else w for w in words)

@@ -18,6 +18,9 @@ from felab.paths import results_dir
 
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
+RECORDED: list[Path] = []
+"""The file of every row this process recorded, in order: what a stopped run can truthfully report."""
+
 
 def results_path(key: str) -> Path:
     """The file that holds the records of `key` (for example `06-prefix`)."""
@@ -41,6 +44,7 @@ def record(key: str, row: dict[str, Any]) -> Path:
         os.fsync(fd)
     finally:
         os.close(fd)
+    RECORDED.append(path)
     return path
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import unicodedata
 from dataclasses import dataclass
 
 from felab import paths
@@ -132,8 +134,84 @@ def fireworks_root() -> str:
     return (env_value("FIREWORKS_BASE_URL") or FIREWORKS_ROOT).rstrip("/")
 
 
+PORT_VARIABLES = {"llamacpp": "LLAMACPP_PORT", "mlx": "MLX_PORT", "ollama": "OLLAMA_PORT"}
+"""The variable each serve_*.sh script reads its port from."""
+
+
+def start_command(name: str, base_url: str) -> str:
+    """The command that starts target `name` listening at `base_url`, written for the learner's
+    folder: the table's, with the port added where the address is not the table's."""
+    command = TARGETS[name].start_hint
+    port, usual = _port(base_url), _port(TARGETS[name].url)
+    if port is None or port == usual or not re.match(r"https?://(127\.0\.0\.1|localhost)[:/]", base_url):
+        return paths.from_here(command)
+    if name in PORT_VARIABLES:
+        return f"{PORT_VARIABLES[name]}={port} {paths.from_here(command)}"
+    if name == "mock":
+        return f"{paths.from_here('.venv/bin/python')} -m felab.mock_server --port {port}"
+    return f"{command} --port {port}"
+
+
+def _port(url: str) -> int | None:
+    found = re.match(r"https?://[^/:]+:(\d+)", url)
+    return int(found.group(1)) if found else None
+
+
+def cold_start_advice(target: Target) -> str:
+    """What to do after a run whose call 1 was warm: where its numbers went, and how to empty
+    `target`'s prefix cache so that call 1 of the next run is cold."""
+    if target.name == "mock":
+        root = target.base_url.removesuffix("/v1")
+        how = (
+            f"empty its cache with `curl -X POST {root}/admin/reset` (or restart it: Ctrl+C in its "
+            f"terminal, then `{paths.from_here('make mock')}`)"
+        )
+    elif target.is_paid:
+        how = (
+            f"wait: {target.name} keeps a cached prompt for minutes to hours and cannot be told to forget it"
+        )
+    else:
+        how = "restart the server (Ctrl+C in its terminal, then start it again with the same command)"
+    return (
+        f"This run is recorded as warm; `{paths.from_here('make numbers')}` keeps offering your latest "
+        f"cold one. For a cold start, {how}, and run again."
+    )
+
+
+def configured_model(name: str) -> str | None:
+    """The model a target uses when no --model says otherwise: FELAB_<TARGET>_MODEL, else the
+    table's (None: ask the server)."""
+    load_env()
+    return env_value(f"FELAB_{name.upper()}_MODEL") or TARGETS[name].model
+
+
+def unsendable(key: str) -> str | None:
+    """What in `key` an HTTP header cannot carry, or None if it can be sent.
+
+    A key goes in the `Authorization` header, which carries printable ASCII only:
+    a space, a line break or a curly quote pasted with it would make the client
+    fail before anything is sent. Says which character, never the key.
+    """
+    for c in key:
+        if c.isspace():
+            return "a line break" if c in "\r\n" else "a space or tab"
+        if not c.isascii() or not c.isprintable():
+            return f"the character U+{ord(c):04X} {unicodedata.name(c, '(a control character)')}"
+    return None
+
+
+def key_problem(env_name: str, key: str) -> str:
+    """The message for a key that cannot be sent (see `unsendable`)."""
+    return (
+        f"{env_name} contains {unsendable(key)}, which a key does not have, so it cannot be sent. "
+        f"Copy the key again from your dashboard into {paths.ENV_FILE} (`{env_name}=` then the key, "
+        f"with nothing around it), or export it again in this terminal, then run again."
+    )
+
+
 def required_key(env_name: str) -> str:
-    """An API key from the shell or `.env`; a FelabError saying where to put it if it is missing."""
+    """An API key from the shell or `.env`; a FelabError saying where to put it if it is missing
+    or holds characters a header cannot carry."""
     load_env()
     key = env_value(env_name)
     if not key:
@@ -141,4 +219,19 @@ def required_key(env_name: str) -> str:
             f"{env_name} is not set. Put a line `{env_name}=...` in {paths.ENV_FILE} "
             f"(copy .env.example to start one) or export it in this terminal, then run again."
         )
+    if unsendable(key):
+        raise FelabError(key_problem(env_name, key))
     return key
+
+
+def key_status(env_name: str) -> tuple[str, str | None]:
+    """For `make check`: a short state (is the key set, can it be sent), and the message that
+    says what to do when it cannot be sent. Never the key."""
+    try:
+        required_key(env_name)
+    except FelabError as exc:
+        key = env_value(env_name)
+        if key:
+            return f"{env_name} is set but cannot be sent (it contains {unsendable(key)})", exc.message
+        return f"{env_name} is NOT set (see .env.example)", None
+    return f"{env_name} is set", None

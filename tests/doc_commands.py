@@ -79,7 +79,11 @@ def commands(doc: Path, root: Path = KIT_ROOT) -> Iterator[Command]:
 
 @functools.cache
 def make_targets(folder: Path) -> frozenset[str]:
+    """The targets `make` knows in `folder`: a Makefile that forwards every target (`%:`, as
+    03-labs/Makefile does) knows the kit's."""
     text = (folder / "Makefile").read_text(encoding="utf-8")
+    if re.search(r"^%:", text, re.M):
+        return make_targets(KIT_ROOT)
     return frozenset(re.findall(r"^([a-zA-Z0-9_-]+):", text, re.M))
 
 

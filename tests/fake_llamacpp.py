@@ -1,8 +1,10 @@
 """A stand-in for llama.cpp's `llama-server`, speaking its wire format on loopback.
 
-It answers as a real llama-server does in two situations the kit must handle:
-- `mode="too-small"`: every chat request is over the seat's context, HTTP 400
-  with llama.cpp's `exceed_context_size_error` body (measured on a real build);
+It answers as a real llama-server does in the situations the kit must handle:
+- `mode="too-small"`: a chat request over the seat's context (`n_ctx`, 2,048 by default)
+  gets HTTP 400 with llama.cpp's `exceed_context_size_error` body (measured on a real
+  build); `GET /props` names its seats (`total_slots`), the seat's `n_ctx` and its
+  `model_path`, as llama-server's does (or 404, as a proxy in front of it might);
 - `mode="old-usage"`: streams that report cached tokens only in `timings.cache_n`
   (builds before Feb 2026), not in `usage.prompt_tokens_details`;
 - `mode="reasoning"`: a reasoning model that thinks first (`delta.reasoning_content`,
@@ -16,12 +18,25 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODEL_PATH = "/models/practice.gguf"
 
 
-def _handler(mode: str) -> type[BaseHTTPRequestHandler]:
+@dataclass(frozen=True)
+class Seats:
+    """How the fake llama-server was started: seats, each seat's context, its model file, and
+    how many characters its tokenizer makes a token (4 for English; fewer for some models)."""
+
+    n_ctx: int = 2048
+    slots: int = 4
+    model_path: str = MODEL_PATH
+    chars_per_token: float = 4.0
+    props: bool = True
+
+
+def _handler(mode: str, seats: Seats = Seats()) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:  # keep test output clean
             pass
@@ -37,6 +52,16 @@ def _handler(mode: str) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             if self.path == "/v1/models":
                 self._json(200, {"object": "list", "data": [{"id": MODEL_PATH, "object": "model"}]})
+            elif self.path == "/props" and seats.props:
+                self._json(
+                    200,
+                    {
+                        "default_generation_settings": {"n_ctx": seats.n_ctx},
+                        "total_slots": seats.slots,
+                        "model_path": seats.model_path,
+                        "build_info": "b0000-fake",
+                    },
+                )
             elif self.path == "/health":
                 self._json(200, {"status": "ok"})
             else:
@@ -46,18 +71,18 @@ def _handler(mode: str) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            n_prompt = sum(len(m["content"]) for m in body["messages"]) // 4
-            if mode == "too-small":
+            n_prompt = int(sum(len(m["content"]) for m in body["messages"]) / seats.chars_per_token)
+            if mode == "too-small" and n_prompt > seats.n_ctx:
                 self._json(
                     400,
                     {
                         "error": {
                             "code": 400,
                             "message": f"request ({n_prompt} tokens) exceeds the available context size "
-                            "(2048 tokens), try increasing it",
+                            f"({seats.n_ctx} tokens), try increasing it",
                             "type": "exceed_context_size_error",
                             "n_prompt_tokens": n_prompt,
-                            "n_ctx": 2048,
+                            "n_ctx": seats.n_ctx,
                         }
                     },
                 )
@@ -95,9 +120,9 @@ def _handler(mode: str) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def fake_llamacpp(mode: str) -> Iterator[str]:
+def fake_llamacpp(mode: str, seats: Seats = Seats()) -> Iterator[str]:
     """Serve the fake on a free loopback port; yield its base URL (…/v1)."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(mode))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(mode, seats))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

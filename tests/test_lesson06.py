@@ -63,9 +63,11 @@ def test_connection_refused_is_one_clear_paragraph() -> None:
     out = run_script(PREFIX_BENCH, "--target", "mock", "--base-url", "http://127.0.0.1:9/v1")
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
-    # the commands are written for the folder the learner is in (the lesson's)
+    # the commands are written for the folder the learner is in (the lesson's), and start the
+    # practice server where this run looked for it (make mock would listen on 8765, not 9)
     assert "http://127.0.0.1:9/v1" in out.stderr
-    assert "`make -C ../.. mock`" in out.stderr and "`make -C ../.. check`" in out.stderr
+    assert "`../../.venv/bin/python -m felab.mock_server --port 9`" in out.stderr
+    assert "`make -C ../.. check`" in out.stderr
 
 
 def test_an_unknown_model_says_to_pass_another(mock_url: str) -> None:
@@ -78,8 +80,10 @@ def test_llamacpp_context_too_small_gives_the_lesson_fix(isolated: Path) -> None
     with fake_llamacpp("too-small") as url:
         out = run_script(PREFIX_BENCH, "--target", "llamacpp", "--base-url", url)
     assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert "2048 tokens" in out.stderr
-    assert "`bash ../02-three-local-servers/serve_llamacpp.sh Q4_K_M 16384 4`" in out.stderr
+    said = " ".join(out.stderr.split())
+    assert "(2,048 tokens)" in said  # the seat, as the server reported it
+    # the restart, written for the lesson folder (tests/test_context_fit.py has the rest)
+    assert "bash ../02-three-local-servers/serve_llamacpp.sh Q4_K_M 16384 4`" in said
     assert not (isolated / "06-prefix.jsonl").exists()
 
 

@@ -30,7 +30,9 @@ def root(url: str) -> str:
 
 def test_models_and_health(mock_url: str) -> None:
     assert [m.id for m in client(mock_url).models.list()] == [MODEL]
-    assert httpx.get(f"{root(mock_url)}/health").json() == {"status": "ok"}
+    health = httpx.get(f"{root(mock_url)}/health").json()
+    assert health["status"] == "ok" and health["server"] == "felab practice server"  # as llama.cpp's, named
+    assert isinstance(health["pid"], int)  # so a second `make mock` can name the one process to stop
 
 
 def test_streamed_reply_carries_usage_with_cached_tokens(fresh_mock: str) -> None:

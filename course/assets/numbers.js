@@ -24,7 +24,7 @@
   }
   function note(m) {
     return "Filled from your run: measured " + m.when + " on " + m.target +
-      (m.model ? " (" + m.model + ")" : "") + ", in " + m.file + ".";
+      (m.model ? " (" + m.model + ")" : "") + ", in " + m.file + "." + (m.note ? " " + m.note : "");
   }
 
   // ── A lesson page's form ──
@@ -42,7 +42,7 @@
     function show(typed) {
       if (typed !== null) {
         status.textContent = "Your own entry, saved on this device." +
-          (m && m.value !== typed ? " Your last recorded run says " + m.value + "." : "");
+          (m && m.value !== typed ? " Your recorded run says " + m.value + "." : "");
         button.hidden = !m || m.value === typed;
       } else {
         status.textContent = m ? note(m) : "Nothing recorded for this yet: run the command, then type it.";

@@ -81,8 +81,10 @@ NOTHING_YET = "Nothing recorded for this yet: run the command, then type it."
 
 
 def measured_note(m: dict[str, Any]) -> str:
+    """Where a prefilled number came from, and whether it is a cold run's (as numbers.js says it)."""
     model = f" ({m['model']})" if m.get("model") else ""
-    return f"Filled from your run: measured {m['when']} on {m['target']}{model}, in {m['file']}."
+    note = f" {m['note']}" if m.get("note") else ""
+    return f"Filled from your run: measured {m['when']} on {m['target']}{model}, in {m['file']}.{note}"
 
 
 def numbers_form(lesson: str) -> str:
@@ -137,6 +139,8 @@ def all_numbers(titles: dict[str, str]) -> str:
         m = it["measured"]
         value = html.escape(m["value"]) if m else ""
         source = f"measured {m['when']} on {m['target']}" if m else "not recorded yet"
+        if m and m.get("warm"):
+            source += " (a warm start: not a cold figure)"
         rows.append(
             f'<tr data-lesson="{it["lesson"]}" data-field="{it["field"]}"><td>{html.escape(it["title"])}</td>'
             f'<td>{html.escape(it["label"])}</td><td class="felab-value">{value}</td>'

@@ -57,7 +57,15 @@ SCRIPT = '''\
 
 from __future__ import annotations
 
-from felab import banner, client, lesson_parser, percentile, record, resolve, run, stream_once, table
+try:  # the kit's library: in a Python without it, felab/no_kit.py says which Python has it
+    from felab import resolve
+except ModuleNotFoundError:
+    import pathlib
+    import runpy
+
+    runpy.run_path(str(pathlib.Path(__file__).parents[2] / "felab" / "no_kit.py"), run_name="__main__")
+
+from felab import banner, client, lesson_parser, percentile, record, run, stream_once, table
 
 QUESTIONS = ["What is a token?", "What is prefill?", "What is decode?", "What is a KV cache?"]
 

@@ -1,10 +1,11 @@
-"""Your numbers: the latest recorded row of each lesson, per target and order.
+"""Your numbers: the latest recorded cold row of each lesson, per target and order.
 
 Every run appends a line to `results/<key>.jsonl` (key `06-prefix` belongs to
-lesson 06). For the wrap-up only the latest run of each (target, order)
-counts, so that is what `make numbers` prints, ready to copy. Where runs
-recorded each call's TTFT, a picture is drawn beside the results:
-`results/<key>-ttft.png`, one panel per target, one line per order.
+lesson 06). For the wrap-up only the latest cold run of each (target, order)
+counts (a run whose call 1 was already cached, `warm_start`, is flagged and
+used only when there is no cold one), so that is what `make numbers` prints,
+ready to copy. Where runs recorded each call's TTFT, a picture is drawn beside
+the results: `results/<key>-ttft.png`, one panel per target, one line per order.
 """
 
 from __future__ import annotations
@@ -91,10 +92,17 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def warm(row: dict[str, Any]) -> bool:
+    """Whether a run started warm: its call 1 found the opening already cached (`warm_start`)."""
+    return row.get("warm_start") is True
+
+
 def measured(source: Source) -> dict[str, Any] | None:
-    """The value of the latest recorded row that matches and has every value, or `None`.
+    """The value of the latest recorded cold run that matches and has every value, or `None`.
 
     A row where a value is missing (`speedup_x` is null when call 1 was warm) is passed over.
+    A warm run (call 1 already cached) is used only when no cold run was recorded, and says so
+    in `note`; when the latest run was warm and an earlier cold one is used, `note` says that.
     """
     rows = [
         row
@@ -104,7 +112,8 @@ def measured(source: Source) -> dict[str, Any] | None:
     ]
     if not rows:
         return None
-    row = rows[-1]
+    cold = [row for row in rows if not warm(row)]
+    row = cold[-1] if cold else rows[-1]
     return {
         "value": " / ".join(f"{row[k]:.{source.decimals}f}" for k in source.values),
         "ts": row.get("ts"),
@@ -112,7 +121,24 @@ def measured(source: Source) -> dict[str, Any] | None:
         "target": row.get("target"),
         "model": row.get("model"),
         "file": f"results/{source.records}.jsonl",
+        "warm": warm(row),
+        "note": warm_note(row, rows[-1]),
     }
+
+
+def warm_note(shown: dict[str, Any], latest_run: dict[str, Any]) -> str:
+    """What a learner must know about a figure taken from `shown` when the latest run was `latest_run`."""
+    if warm(shown):
+        return (
+            "This run started warm (call 1 was already cached), so call 1 is no cold figure: empty the "
+            "server's cache (restart it) and run again."
+        )
+    if latest_run is not shown:
+        return (
+            f"From your latest cold run; the run of {_when(latest_run.get('ts'))} started warm (call 1 "
+            f"already cached) and is not used."
+        )
+    return ""
 
 
 def _when(ts: Any) -> str:
@@ -141,11 +167,26 @@ def recorded_keys() -> list[str]:
 
 
 def latest(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The last row of each (target, order), in the order they were first seen."""
+    """The last cold row of each (target, order), in the order they were first seen; a group
+    that only has warm runs (call 1 already cached) shows its last one."""
     found: dict[tuple, dict[str, Any]] = {}
     for row in rows:
-        found[tuple(row.get(k) for k in GROUP_BY)] = row
+        group = tuple(row.get(k) for k in GROUP_BY)
+        if not warm(row) or group not in found or warm(found[group]):
+            found[group] = row
     return list(found.values())
+
+
+def warm_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """A note for each (target, order) whose shown row is warm, or whose latest run was."""
+    last: dict[tuple, dict[str, Any]] = {tuple(r.get(k) for k in GROUP_BY): r for r in rows}
+    notes = []
+    for shown in latest(rows):
+        group = tuple(shown.get(k) for k in GROUP_BY)
+        said = warm_note(shown, last[group])
+        if said:
+            notes.append(f"note ({' '.join(str(g) for g in group if g is not None)}): {said}")
+    return notes
 
 
 LAST = ("model", "ts")
@@ -163,7 +204,7 @@ def scalars(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def collect() -> dict[str, list[dict[str, Any]]]:
-    """Latest rows of every recorded key."""
+    """Latest cold rows of every recorded key (see `latest`)."""
     return {key: latest(read_records(key)) for key in recorded_keys()}
 
 
@@ -185,17 +226,20 @@ def as_json(found: dict[str, list[dict[str, Any]]]) -> str:
 
 
 def as_text(found: dict[str, list[dict[str, Any]]]) -> str:
-    """A table per key (latest run per target and order), then each lesson's numbers to write down."""
+    """A table per key (latest cold run per target and order), then each lesson's numbers to write down."""
     parts = []
     for key, rows in found.items():
         lesson = key.split("-", 1)[0]
-        parts.append(f"lesson {lesson} · {key} (latest run per target and order)\n")
-        parts.append(table([scalars(r) for r in rows]) + "\n")
+        parts.append(f"lesson {lesson} · {key} (latest cold run per target and order)\n")
+        parts.append(table([scalars(r) for r in rows]))
+        parts += [*warm_lines(read_records(key)), ""]
     for lesson, fields in NUMBERS.items():
         parts.append(f"lesson {lesson}: your numbers, for the wrap-up\n")
         for n, (f, m) in enumerate(zip(fields, prefills(lesson).values(), strict=True), start=1):
             said = f"{m['value']}   (measured {m['when']} on {m['target']})" if m else "not recorded yet"
             parts.append(f"  {n}. {f.label}: {said}")
+            if m and m["note"]:
+                parts.append(f"     {m['note']}")
         parts.append("")
     return "\n".join(parts)
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -39,7 +40,7 @@ from starlette.routing import Route
 from felab.mock_server import metrics
 from felab.mock_server.booking import Booking, PracticeModel, Prompt
 from felab.mock_server.cache import block_keys, tokenize
-from felab.mock_server.config import Settings
+from felab.mock_server.config import HEALTH_NAME, Settings
 from felab.mock_server.faults import ERRORS, RETRY_AFTER_S, Faults, StreamCut
 from felab.mock_server.intake import Admission, Intake
 from felab.mock_server.replies import CHAT, COMPLETION, DONE, Reply, Shape, reply_text
@@ -295,7 +296,8 @@ def info_routes(settings: Settings, state: Callable[[], ServerState]) -> list[Ro
     """The routes that only read: health, the model (listed or looked up), and /metrics."""
 
     async def health(_: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        # `server` and `pid` let a second `make mock` name this one and the command that stops it
+        return JSONResponse({"status": "ok", "server": HEALTH_NAME, "pid": os.getpid()})
 
     async def models(_: Request) -> Response:
         return JSONResponse({"object": "list", "data": [model_card(settings)]})

@@ -16,6 +16,8 @@ from felab.mock_server.timing import TimingModel
 
 DEFAULT_PORT = 8765
 MODEL_ID = "felab-practice"
+HEALTH_NAME = "felab practice server"
+"""What `GET /health` calls this server, so a second one can tell it from another program."""
 
 
 @dataclass(frozen=True)

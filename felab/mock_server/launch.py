@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import openai
 
 from felab.errors import FelabError
+from felab.paths import from_here
 
 
 def free_port() -> int:
@@ -32,7 +33,11 @@ def wait_until_serving(base_url: str, proc: subprocess.Popen, timeout_s: float =
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise FelabError(f"the practice server exited at start (status {proc.returncode}).")
+            raise FelabError(
+                f"the practice server exited at start (status {proc.returncode}); its own error is "
+                f"printed above. Run it by hand to see it again: "
+                f"`{from_here('.venv/bin/python')} -m felab.mock_server`."
+            )
         try:
             cli.models.list()
             return

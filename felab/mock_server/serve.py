@@ -5,13 +5,15 @@ Every flag's default comes from `DEFAULTS` in config.py.
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
+import urllib.request
 from typing import Any
 
 import click
 
-from felab.mock_server.config import DEFAULT_PORT, DEFAULTS, Settings
+from felab.mock_server.config import DEFAULT_PORT, DEFAULTS, HEALTH_NAME, Settings
 from felab.mock_server.faults import FAULT_TYPES, HideStreamCuts
 from felab.mock_server.fleet import ROUTES
 
@@ -19,12 +21,53 @@ D = DEFAULTS
 
 
 def port_is_free(host: str, port: int) -> bool:
+    """Whether a server could listen on host:port now.
+
+    Nothing may answer a connection there, and a bind must succeed with
+    SO_REUSEADDR, as uvicorn binds: connections still closing from a server
+    stopped a moment ago (TIME_WAIT, after Ctrl+C mid-stream) do not hold it.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        if probe.connect_ex((host, port)) == 0:
+            return False
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
             return False
     return True
+
+
+def practice_server_pid(host: str, port: int) -> int | None:
+    """The process id of the practice server on host:port (its `GET /health` says), or None."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/health", timeout=2.0) as reply:
+            health = json.loads(reply.read())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(health, dict) or health.get("server") != HEALTH_NAME:
+        return None
+    pid = health.get("pid")
+    return pid if isinstance(pid, int) else None
+
+
+def port_in_use(host: str, port: int) -> str:
+    """What holds host:port, and the command that stops only that (never a kill by name)."""
+    pid = practice_server_pid(host, port)
+    if pid is not None:
+        return (
+            f"port {port} on {host} is in use: a practice server already runs there (process {pid}). "
+            f"Use that one as it is, or stop it first (Ctrl+C in its terminal, or `kill {pid}`), "
+            f"then start this one again."
+        )
+    return (
+        f"port {port} on {host} is in use by another program, not a practice server: "
+        f"`lsof -nP -iTCP:{port} -sTCP:LISTEN` names it (the PID column). Stop it, or start the "
+        f"practice server on another port with --port and pass the same address to the lesson "
+        f"scripts with --base-url."
+    )
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -106,10 +149,7 @@ def main(host: str, port: int, fail_types: str, cache_ttl: float | None, **flags
     from felab.mock_server.app import create_app
 
     if not port_is_free(host, port):
-        raise click.ClickException(
-            f"port {port} on {host} is in use: a practice server may already be running (`make check` "
-            f"shows it; stop it with `pkill -f felab.mock_server`), or pass another --port."
-        )
+        raise click.ClickException(port_in_use(host, port))
     kinds = tuple(k.strip() for k in fail_types.split(",") if k.strip())
     if not kinds or set(kinds) - set(FAULT_TYPES):
         hint = f"use some of {', '.join(FAULT_TYPES)}, comma-separated"

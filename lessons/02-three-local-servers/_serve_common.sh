@@ -14,6 +14,16 @@
 
 SCRIPT="${BASH_SOURCE[1]:-$0}"   # the serve_*.sh that sources this file
 SCRIPT_NAME="${SCRIPT##*/}"      # its name, which starts its messages
+KIT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+
+# kit_make TARGET: `make TARGET` as typed in the folder you ran the script from (advice to paste).
+kit_make() {
+  if [[ "$PWD" == "$KIT_ROOT" || "$PWD" == "$KIT_ROOT/03-labs" ]]; then echo "make $1"; return; fi
+  local rel
+  rel="$(python3 -c 'import os, sys; print(os.path.relpath(*sys.argv[1:]))' "$KIT_ROOT" "$PWD" 2>/dev/null)" \
+    || rel="$KIT_ROOT"
+  echo "make -C $rel $1"
+}
 
 # usage: print the script's header comment (its HELP_LINES), without the leading "# ".
 usage() { sed -n "${HELP_LINES}p" "$SCRIPT" | sed 's/^# \{0,1\}//'; }
@@ -74,11 +84,13 @@ answers() {
   fi
 }
 
-# need_free_port PORT VARIABLE URL: exit 1 if something already answers at URL,
-# naming the environment VARIABLE that picks another PORT.
+# need_free_port PORT VARIABLE URL: exit 1 if something already answers at URL, naming
+# the command that finds its process (never a kill by name) and the VARIABLE that picks another PORT.
 need_free_port() {
   if answers "$3"; then
-    fail 1 "something already answers on port $1. Stop it first, or set $2."
+    fail 1 "something already answers on port $1 (an earlier server?). Stop that one: Ctrl+C in its" \
+      "terminal, or \`kill PID\` with the PID that \`lsof -nP -iTCP:$1 -sTCP:LISTEN\` shows. Or start this" \
+      "one on another port with $2=<port> and pass its address to the lesson scripts with --base-url."
   fi
 }
 

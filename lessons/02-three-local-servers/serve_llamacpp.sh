@@ -23,8 +23,6 @@ HELP_LINES=3,19   # the header above: what --help prints
 # shellcheck source-path=SCRIPTDIR source=_serve_common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/_serve_common.sh"   # parse_args, show, start_server, ...
 
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-KIT_ROOT="$(cd "$HERE/../.." && pwd)"
 DEFAULT_REPO="bartowski/Meta-Llama-3.1-8B-Instruct-GGUF"   # Llama 3.1 8B Instruct; Q4_K_M is 4.9 GB
 
 parse_args "$@"
@@ -46,8 +44,8 @@ if [[ -z "$SERVER" || ! -x "$SERVER" ]]; then
 llama-server was not found${LLAMA_SERVER:+ at LLAMA_SERVER=$LLAMA_SERVER}. Get it one of these ways:
   macOS or Linux with Homebrew:   brew install llama.cpp
   Ubuntu 25.10+, Debian testing:  sudo apt install llama.cpp   (Debian 12 has no package)
-  anything else, from source:     make llama-server   (from the kit folder; 6 to 20 minutes
-                                  on 2 cores, installs .tools/bin/llama-server, no Homebrew needed)
+  anything else, from source:     $(kit_make llama-server)   (6 to 20 minutes on 2 cores,
+                                  installs .tools/bin/llama-server, no Homebrew needed)
 Or point LLAMA_SERVER at a binary you already have.
 EOF
 fi

@@ -27,12 +27,14 @@ parse_flags_only "the model comes from MLX_MODEL" "$@"
 MODEL="${MLX_MODEL:-$DEFAULT_MODEL}"
 PORT="${MLX_PORT:-8081}"
 
+# The kit's own mlx_lm.server (its .venv has MLX on Apple silicon, and after `make engines` on
+# Linux), whether that environment is active or not; else the one on PATH.
+if [[ -x "$KIT_ROOT/.venv/bin/mlx_lm.server" ]]; then PATH="$KIT_ROOT/.venv/bin:$PATH"; fi
 if ! command -v mlx_lm.server >/dev/null 2>&1; then
   missing_engine <<EOF
-mlx_lm.server was not found. Activate the kit's Python environment first
-(from the kit folder: source .venv/bin/activate), then install MLX if needed:
-  Apple silicon:  pip install mlx-lm
-  Linux (CPU):    pip install "mlx[cpu]" mlx-lm      (or: make engines)
+mlx_lm.server was not found: MLX is not installed in the kit's environment yet.
+Install it with:  $(kit_make engines)      (MLX, its CPU build on Linux; once)
+then run this script again.
 EOF
 fi
 

@@ -30,9 +30,17 @@ import concurrent.futures as cf
 import contextlib
 import time
 
+try:  # the kit's library: in a Python without it, felab/no_kit.py says which Python has it
+    from felab import resolve
+except ModuleNotFoundError:
+    import pathlib
+    import runpy
+
+    runpy.run_path(str(pathlib.Path(__file__).parents[2] / "felab" / "no_kit.py"), run_name="__main__")
+
 from prefix_bench import PREAMBLE, QUESTIONS
 
-from felab import banner, client, lesson_parser, percentile, ratio, record, resolve, run, stream_once, table
+from felab import banner, client, lesson_parser, percentile, ratio, record, run, stream_once, table
 from felab.mock_server.launch import practice_server
 from felab.mock_server.metrics import scrape
 

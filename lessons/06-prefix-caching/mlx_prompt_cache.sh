@@ -28,25 +28,49 @@ esac
 
 MODEL="${MLX_MODEL:-mlx-community/Meta-Llama-3.1-8B-Instruct-4bit}"
 [[ -d "$MODEL" ]] && MODEL="$(cd "$MODEL" && pwd)"   # a local folder, named from where you are
+CALLER="$PWD"                                         # the folder you ran this from
 cd "$(dirname "${BASH_SOURCE[0]}")"
+KIT="$(cd ../.. && pwd)"
 MAX_TOKENS="${MLX_MAX_TOKENS:-40}"
 QUESTION="Question: How do I rotate my API key?"
 
+# from_here PATH: PATH as seen from the folder you ran this from, so advice can be pasted there.
+from_here() { python3 -c 'import os, sys; print(os.path.relpath(*sys.argv[1:]))' "$1" "$CALLER" 2>/dev/null || echo "$1"; }
+if [[ "$CALLER" == "$KIT" || "$CALLER" == "$KIT/03-labs" ]]; then MAKE_KIT="make"
+else MAKE_KIT="make -C $(from_here "$KIT")"
+fi
+AGAIN="bash $(from_here "$PWD/mlx_prompt_cache.sh")"
+
+# MLX's commands: the kit's own (its .venv has MLX on Apple silicon, and after `make engines`
+# on Linux), whether that environment is active or not; else the ones on PATH.
+if [[ -x "$KIT/.venv/bin/mlx_lm.generate" ]]; then PATH="$KIT/.venv/bin:$PATH"; fi
 for tool in mlx_lm.generate mlx_lm.cache_prompt; do
   if ! command -v "$tool" >/dev/null 2>&1; then
     cat >&2 <<EOF
-$tool: command not found. The kit's Python environment is not active.
-From the kit folder run:  source .venv/bin/activate   then run this script again.
-If it is active and this still fails, install MLX into it:
-  Apple silicon:  pip install mlx-lm
-  Linux (CPU):    pip install "mlx[cpu]" mlx-lm      (or: make engines)
+$tool: command not found. MLX is not installed in the kit's environment yet.
+Install it with:  $MAKE_KIT engines      (MLX, its CPU build on Linux; once)
+then run this script again:  $AGAIN
 EOF
     exit 127
   fi
 done
 
-# The very same opening prefix_bench.py sends (no trailing newline, so steps 1 and 2 match).
-python3 -c "import sys; from prefix_bench import PREAMBLE; sys.stdout.write(PREAMBLE)" > preamble.txt
+# The very same opening prefix_bench.py sends (no trailing newline, so steps 1 and 2 match),
+# written by the kit's Python (the active one may be another environment's), whole or not at all.
+KIT_PYTHON="$KIT/.venv/bin/python"
+[[ -x "$KIT_PYTHON" ]] || KIT_PYTHON=python3
+if ! "$KIT_PYTHON" -c "import sys; from prefix_bench import PREAMBLE; sys.stdout.write(PREAMBLE)" \
+    > preamble.txt.part 2>/dev/null; then
+  rm -f preamble.txt.part
+  cat >&2 <<EOF
+mlx_prompt_cache.sh: could not write the opening: the kit's environment (.venv in the kit folder)
+does not exist yet, and $(command -v python3 || echo python3) does not have the kit.
+Create it with:  $MAKE_KIT setup      (once, about a minute)
+then run this script again:  $AGAIN
+EOF
+  exit 1
+fi
+mv preamble.txt.part preamble.txt
 echo "model: $MODEL"
 echo "opening: preamble.txt, $(wc -c < preamble.txt | tr -d ' ') characters (about $(( $(wc -c < preamble.txt) / 4 )) tokens by chars/4)"
 

@@ -25,8 +25,17 @@ from __future__ import annotations
 
 import datetime as dt
 
-from felab import banner, client, lesson_parser, percentile, ratio, record, resolve, run, stream_once, table
+try:  # the kit's library: in a Python without it, felab/no_kit.py says which Python has it
+    from felab import resolve
+except ModuleNotFoundError:
+    import pathlib
+    import runpy
+
+    runpy.run_path(str(pathlib.Path(__file__).parents[2] / "felab" / "no_kit.py"), run_name="__main__")
+
+from felab import banner, client, lesson_parser, percentile, ratio, record, run, stream_once, table
 from felab.prices import add_price_args, price_for
+from felab.targets import cold_start_advice
 from felab.usage import report_usage
 
 # ── The workload: one fixed opening, twelve questions ─────────────────────────
@@ -119,12 +128,15 @@ def main() -> None:
             }
         )
         cached = "" if r.cached_tokens is None else f"  cached {r.cached_tokens:>5,} of {r.prompt_tokens:,}"
-        print(f"  call {i:2d}  TTFT {r.ttft_ms:7.0f} ms{cached}  {'(cold)' if i == 1 else ''}")
+        label = ""
+        if i == 1:  # warm: most of call 1 already cached, left behind by an earlier run
+            first_warm = (r.cached_tokens or 0) > 0.5 * (r.prompt_tokens or 1)
+            label = "" if r.cached_tokens is None else "(warm: already cached)" if first_warm else "(cold)"
+        print(f"  call {i:2d}  TTFT {r.ttft_ms:7.0f} ms{cached}  {label}")
 
     # ── One row: call 1 against the middle of the rest ──
     ttft = [c["ttft_ms"] for c in calls]
     rest = calls[1:]
-    first_warm = (calls[0]["cached_tokens"] or 0) > 0.5 * (calls[0]["prompt_tokens"] or 1)
     prompt = sum(c["prompt_tokens"] or 0 for c in rest)
     known = all(c["cached_tokens"] is not None and c["prompt_tokens"] for c in rest)
     hit = ratio(sum(c["cached_tokens"] or 0 for c in rest), prompt) if known else None
@@ -143,9 +155,8 @@ def main() -> None:
     if first_warm:
         print(
             f"\nnote: call 1 was not cold: {calls[0]['cached_tokens']:,} of its {calls[0]['prompt_tokens']:,}"
-            f" prompt tokens were already cached by an earlier run, so no speed-up is shown. For a cold "
-            f"start, empty the server's cache (practice server: restart `make mock`, or POST /admin/reset; "
-            f"llama.cpp: restart it) and run again."
+            f" prompt tokens were already cached by an earlier run, so no speed-up is shown."
+            f" {cold_start_advice(target)}"
         )
 
     if args.usage:

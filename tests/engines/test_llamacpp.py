@@ -13,11 +13,13 @@ variable-first ratio near 1.2 run after run.
 
 from __future__ import annotations
 
+import re
+import shlex
 from pathlib import Path
 
 import pytest
 
-from .conftest import LESSON02, free_port, last_record, prefix_bench, run_bash, script_env, serving
+from .conftest import LESSON02, LESSON06, free_port, last_record, prefix_bench, run_bash, script_env, serving
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(600)]
 
@@ -34,15 +36,29 @@ def start(llama_server: str, tiny_model: Path, ctx: str, parallel: str):
     return port, serving(SERVE, "Q4_K_M", ctx, parallel, env=env, ready="is listening")
 
 
-def test_8192_over_4_seats_is_the_lessons_trap(llama_server: str, tiny_model: Path) -> None:
+def test_8192_over_4_seats_is_the_lessons_trap_and_the_advice_works(
+    llama_server: str, tiny_model: Path
+) -> None:
+    """A prompt longer than the seat, then the command the message advises, run as printed."""
     port, server = start(llama_server, tiny_model, "8192", "4")
+    url = f"http://127.0.0.1:{port}/v1"
     with server as log:
         assert any("2048 tokens per seat" in line for line in log)
-        r = prefix_bench(f"http://127.0.0.1:{port}/v1", "llamacpp", "--quick")
+        r = prefix_bench(url, "llamacpp", "--quick")
     assert r.returncode == 2, r.stdout + r.stderr
     err = " ".join(r.stderr.split())
-    assert "(2048 tokens)" in err
-    assert "serve_llamacpp.sh Q4_K_M 16384 4" in err
+    assert "(2,048 tokens)" in err and "this one runs 4 seats of 2,048 (8,192 in all)" in err
+    commands = [shlex.split(c) for c in re.findall(r"`([^`]+)`", err) if "serve_llamacpp.sh" in c]
+    assert [c[-2:] for c in commands] == [["16384", "4"], ["8192", "2"]]  # never "8192 4" again
+    for command in commands:  # each, as printed, from the lesson folder the script ran in
+        assigned = dict(w.split("=", 1) for w in command if re.match(r"^[A-Z_]+=", w))
+        assert assigned == {"LLAMACPP_MODEL": str(tiny_model / "tiny-model.gguf"), "LLAMACPP_PORT": str(port)}
+        words = command[len(assigned) :]
+        assert words[:2] == ["bash", "../02-three-local-servers/serve_llamacpp.sh"]
+        env = script_env(LLAMA_SERVER=llama_server, LLAMACPP_ARGS="-t 1", **assigned)
+        with serving(LESSON06 / words[1], *words[2:], env=env, ready="is listening"):
+            again = prefix_bench(url, "llamacpp", "--quick")
+        assert again.returncode == 0, again.stdout + again.stderr
 
 
 ATTEMPTS = 3

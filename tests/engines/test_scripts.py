@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -61,7 +62,8 @@ def test_llamacpp_missing_says_how_to_get_it(tmp_path: Path) -> None:
         shutil.copy(LESSON02 / name, lesson)
     r = run_bash(lesson / "serve_llamacpp.sh", env=bare_env())
     assert r.returncode == 127
-    for how in ("brew install llama.cpp", "apt install llama.cpp", "make llama-server"):
+    # make's command is written for the folder the script ran from (the lesson's)
+    for how in ("brew install llama.cpp", "apt install llama.cpp", "make -C ../.. llama-server"):
         assert how in r.stderr
 
 
@@ -99,12 +101,70 @@ def test_llamacpp_rejects_bad_numbers() -> None:
     assert r.returncode == 2 and "'lots' is not a whole number" in r.stderr
 
 
-def test_mlx_missing_says_activate_the_venv() -> None:
-    r = run_bash(LESSON02 / "serve_mlx.sh", env=bare_env())
-    assert r.returncode == 127 and "source .venv/bin/activate" in r.stderr
-    r = run_bash(LESSON06 / "mlx_prompt_cache.sh", env=bare_env())
-    assert r.returncode == 127
-    assert "mlx_lm.generate: command not found" in r.stderr and "source .venv/bin/activate" in r.stderr
+def kit_copy(tmp_path: Path, *files: Path) -> Path:
+    """A kit of its own in tmp_path holding copies of lesson files (and no .venv), so that
+    what this kit's .venv has installed does not change what the scripts find."""
+    for f in files:
+        lesson = tmp_path / "kit" / "lessons" / f.parent.name
+        lesson.mkdir(parents=True, exist_ok=True)
+        shutil.copy(f, lesson)
+    return tmp_path / "kit"
+
+
+def test_mlx_missing_says_make_engines_from_here(tmp_path: Path) -> None:
+    kit = kit_copy(tmp_path, LESSON02 / "serve_mlx.sh", LESSON02 / "_serve_common.sh")
+    r = run_bash(kit / "lessons" / LESSON02.name / "serve_mlx.sh", env=bare_env())
+    assert r.returncode == 127 and "make -C ../.. engines" in r.stderr
+    r = run_bash(kit / "lessons" / LESSON02.name / "serve_mlx.sh", env=bare_env(), cwd=kit)
+    assert r.returncode == 127 and "make engines" in r.stderr
+
+    kit = kit_copy(tmp_path, LESSON06 / "mlx_prompt_cache.sh")
+    r = run_bash(kit / "lessons" / LESSON06.name / "mlx_prompt_cache.sh", env=bare_env())
+    assert r.returncode == 127 and "mlx_lm.generate: command not found" in r.stderr
+    assert "make -C ../.. engines" in r.stderr and "bash mlx_prompt_cache.sh" in r.stderr
+
+
+def another_venv(tmp_path: Path) -> Path:
+    """The bin folder of another environment: MLX's commands (stand-ins that print what
+    mlx_lm prints) and a python3 that does not have the kit."""
+    bin_dir = tmp_path / "other-venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    for tool in ("mlx_lm.generate", "mlx_lm.cache_prompt"):
+        (bin_dir / tool).write_text("#!/bin/sh\necho 'Prompt: 12 tokens'\n")
+        (bin_dir / tool).chmod(0o755)
+    bare = tmp_path / "bare-python"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    (bin_dir / "python3").symlink_to(bare / "bin" / "python3")
+    return bin_dir
+
+
+def test_mlx_prompt_cache_uses_the_kits_python_with_another_venv_active(tmp_path: Path) -> None:
+    kit = kit_copy(tmp_path, LESSON06 / "mlx_prompt_cache.sh", LESSON06 / "prefix_bench.py")
+    (kit / ".venv" / "bin").mkdir(parents=True)
+    kit_python = kit / ".venv" / "bin" / "python"  # the kit's Python: this test's, which has felab
+    kit_python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    kit_python.chmod(0o755)
+    other = another_venv(tmp_path)
+    env = bare_env(VIRTUAL_ENV=str(other.parent))
+    env["PATH"] = f"{other}:/usr/bin:/bin"
+    lesson = kit / "lessons" / LESSON06.name
+    r = run_bash(lesson / "mlx_prompt_cache.sh", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    assert (lesson / "preamble.txt").read_text().startswith("You are the support agent")
+
+
+def test_mlx_prompt_cache_without_the_kits_environment_says_make_setup(tmp_path: Path) -> None:
+    kit = kit_copy(tmp_path, LESSON06 / "mlx_prompt_cache.sh", LESSON06 / "prefix_bench.py")
+    other = another_venv(tmp_path)
+    env = bare_env(VIRTUAL_ENV=str(other.parent))
+    env["PATH"] = f"{other}:/usr/bin:/bin"
+    lesson = kit / "lessons" / LESSON06.name
+    r = run_bash(lesson / "mlx_prompt_cache.sh", env=env)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    said = " ".join(r.stderr.split())
+    assert "Create it with: make -C ../.. setup" in said and "bash mlx_prompt_cache.sh" in said
+    assert not (lesson / "preamble.txt").exists() and not (lesson / "preamble.txt.part").exists()
 
 
 def test_mlx_server_command(tmp_path: Path) -> None:

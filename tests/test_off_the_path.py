@@ -1,0 +1,401 @@
+"""The learner's path off the happy path (issue 11): the mistakes learners make, each ending in
+one paragraph with a command that works when typed as printed, and numbers that stay theirs.
+
+Each test follows the advice where it can: it runs the command the message names and checks
+what that printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import KIT, LESSON06, PREFIX_BENCH, run_felab, run_script
+
+from felab import record
+from felab.course import numbers
+from felab.course.bundle import measured_note
+from felab.mock_server.launch import free_port, practice_server, wait_until_serving
+from felab.mock_server.serve import port_is_free
+
+LABS = KIT / "03-labs"
+
+
+def make(folder: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`make ARGS` typed in `folder`, as in a learner's shell (PWD set, not inside another make)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env["PWD"] = str(folder)
+    return subprocess.run(
+        ["make", *args], cwd=folder, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def backticked(text: str) -> list[str]:
+    """The commands a message shows, in `backticks`, with its line breaks undone."""
+    return re.findall(r"`([^`]+)`", " ".join(text.split()))
+
+
+# ── 3. A warm re-run does not replace the learner's numbers ──────────────────
+
+
+def row(ts: str, first: float, rest: float, warm: bool | None) -> dict:
+    r = {"ts": ts, "target": "llamacpp", "model": "m", "order": "stable-first"}
+    r.update({"first_ms": first, "rest_p50_ms": rest, "speedup_x": None if warm else first / rest})
+    if warm is not None:
+        r["warm_start"] = warm
+    return r
+
+
+def write_rows(folder: Path, *rows: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "06-prefix.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_a_warm_rerun_labels_call_1_warm_not_cold(fresh_mock: str) -> None:
+    assert run_script(PREFIX_BENCH, "--base-url", fresh_mock, "--quick").returncode == 0
+    out = run_script(PREFIX_BENCH, "--base-url", fresh_mock, "--quick")
+    assert out.returncode == 0, out.stderr
+    call_1 = next(line for line in out.stdout.splitlines() if "call  1" in line)
+    assert "(warm: already cached)" in call_1 and "(cold)" not in call_1
+    note = out.stdout.split("note: call 1 was not cold")[1]
+    reset = next(c for c in backticked(note) if c.startswith("curl"))
+    assert reset == f"curl -X POST {fresh_mock.removesuffix('/v1')}/admin/reset"
+    # following it: the next run is cold again
+    subprocess.run(reset.split(), check=True, capture_output=True, timeout=10)
+    again = run_script(PREFIX_BENCH, "--base-url", fresh_mock, "--quick")
+    assert "(cold)" in next(line for line in again.stdout.splitlines() if "call  1" in line)
+
+
+def test_numbers_offer_the_latest_cold_run_and_say_a_later_one_was_warm(isolated: Path) -> None:
+    write_rows(
+        isolated,
+        row("2026-11-30T04:00:00+00:00", 740.0, 36.0, warm=False),
+        row("2026-11-30T04:10:00+00:00", 15.0, 11.0, warm=True),
+    )
+    field = numbers.NUMBERS["06-prefix-caching"][0]
+    got = numbers.measured(field.source)
+    assert got is not None and got["value"] == "740 / 36" and got["warm"] is False
+    assert "latest cold run" in got["note"] and "2026-11-30 04:10 UTC started warm" in got["note"]
+    assert got["note"] in measured_note(got)  # the course page says it too
+
+    out = run_felab("numbers")
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert "740 / 36" in text and "15 / 11" not in text
+    assert "started warm (call 1 already cached) and is not used" in text
+
+
+def test_numbers_say_when_the_only_run_was_warm(isolated: Path) -> None:
+    write_rows(isolated, row("2026-11-30T04:10:00+00:00", 15.0, 11.0, warm=True))
+    got = numbers.measured(numbers.NUMBERS["06-prefix-caching"][0].source)
+    assert got is not None and got["warm"] is True and "started warm" in got["note"]
+    text = " ".join(run_felab("numbers").stdout.split())
+    assert "15 / 11" in text and "is no cold figure" in text
+
+
+def test_rows_without_warm_start_count_as_cold(isolated: Path) -> None:
+    write_rows(isolated, row("2026-11-30T04:00:00+00:00", 900.0, 80.0, warm=None))
+    got = numbers.measured(numbers.NUMBERS["06-prefix-caching"][0].source)
+    assert got is not None and got["value"] == "900 / 80" and got["note"] == ""
+
+
+# ── 4. A port still closing is free; a busy one names the one process to stop ──
+
+
+def time_wait_on(port: int) -> None:
+    """Leave a connection of `port` in TIME_WAIT, as a practice server stopped mid-stream does:
+    its listener has SO_REUSEADDR (uvicorn sets it), and the server side closes first."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+        client = socket.create_connection(("127.0.0.1", port))
+        conn, _ = listener.accept()
+        conn.close()  # the active close: this side of the connection goes to TIME_WAIT
+        time.sleep(0.1)
+        client.close()
+
+
+def test_a_port_in_time_wait_is_free_and_the_server_starts_there() -> None:
+    port = free_port()
+    time_wait_on(port)
+    with socket.socket() as plain, pytest.raises(OSError):  # the check before the fix: "in use"
+        plain.bind(("127.0.0.1", port))
+    assert port_is_free("127.0.0.1", port)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "felab.mock_server", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until_serving(f"http://127.0.0.1:{port}/v1", proc)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_a_second_practice_server_names_the_first_and_the_kill_that_stops_only_it() -> None:
+    with practice_server() as url:
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        second = subprocess.run(
+            [sys.executable, "-m", "felab.mock_server", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert second.returncode == 1 and "Traceback" not in second.stderr
+        said = " ".join(second.stderr.split())
+        assert "a practice server already runs there (process" in said and "pkill" not in said
+        kill = next(c for c in backticked(said) if c.startswith("kill "))
+        pid = int(kill.split()[1])
+        assert pid != os.getpid()
+        subprocess.run(kill.split(), check=True, timeout=10)  # following it
+        deadline = time.monotonic() + 10
+        while not port_is_free("127.0.0.1", port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert port_is_free("127.0.0.1", port), "the practice server it named is stopped"
+
+
+def test_another_program_on_the_port_is_named_with_lsof() -> None:
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        out = subprocess.run(
+            [sys.executable, "-m", "felab.mock_server", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    said = " ".join(out.stderr.split())
+    assert out.returncode == 1 and "another program, not a practice server" in said
+    assert f"lsof -nP -iTCP:{port} -sTCP:LISTEN" in backticked(said)
+
+
+# ── 5. A key a header cannot carry is caught where it is read ────────────────
+
+BAD_KEYS = {
+    "curly quote": ("fw_abc\u201cdef123", "U+201C LEFT DOUBLE QUOTATION MARK"),
+    "line break": ("fw_abc\ndef123", "a line break"),
+    "space": ("fw_abc def123", "a space or tab"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_KEYS))
+def test_make_check_says_a_key_cannot_be_sent(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    key, what = BAD_KEYS[name]
+    monkeypatch.setenv("FIREWORKS_API_KEY", key)
+    out = run_felab("check")
+    line = " ".join(out.stdout.split())
+    assert "FIREWORKS_API_KEY is set but cannot be sent (it contains " in line and f"{what})" in line
+    assert "note: FIREWORKS_API_KEY contains" in line and "Copy the key again" in line
+    assert "abc" not in out.stdout + out.stderr  # no part of the key
+
+
+def test_the_paid_bench_stops_before_sending_a_key_it_cannot_send(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FIREWORKS_API_KEY", BAD_KEYS["curly quote"][0])
+    out = run_script(PREFIX_BENCH, "--target", "fireworks", "--base-url", "http://127.0.0.1:9/v1", "--quick")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "UnicodeEncodeError" not in out.stderr
+    said = " ".join(out.stderr.split())
+    assert "FIREWORKS_API_KEY contains the character U+201C" in said and "cannot be sent" in said
+    assert "abc" not in said
+
+
+# ── 6. make check shows the model a script would use ─────────────────────────
+
+
+def test_check_honours_felab_target_model(mock_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FELAB_MOCK_URL", mock_url)
+    monkeypatch.setenv("FELAB_MOCK_MODEL", "my-own-model")
+    monkeypatch.setenv("FELAB_FIREWORKS_MODEL", "accounts/fireworks/models/another-one")
+    out = run_felab("check")
+    lines = {line.split()[0]: line for line in out.stdout.splitlines() if line.strip()}
+    assert "my-own-model" in lines["mock"] and "up, but it serves felab-practice" in lines["mock"]
+    assert "accounts/fireworks/models/another-one" in lines["fireworks"]
+
+
+# ── 7. Ctrl+C says what this run recorded ────────────────────────────────────
+
+
+def test_ctrl_c_before_anything_is_recorded_says_so(fresh_mock: str, isolated: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-u", str(PREFIX_BENCH), "--base-url", fresh_mock],
+        cwd=LESSON06,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:  # wait until it measures, then stop it as Ctrl+C does
+        if "call  1" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "Traceback" not in err
+    said = " ".join(err.split())
+    assert "this run recorded nothing" in said and "kept" not in said
+    assert not (isolated / "06-prefix.jsonl").exists()
+
+
+def test_a_stopped_run_names_what_it_recorded(isolated: Path, capsys, monkeypatch) -> None:
+    from felab import errors, results
+
+    monkeypatch.setattr(results, "RECORDED", [])
+
+    def main() -> None:
+        record("06-prefix", {"target": "mock", "model": "m"})
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as stop:
+        errors.run(main)
+    assert stop.value.code == 130
+    said = " ".join(capsys.readouterr().err.split())
+    expected = os.path.relpath(isolated / "06-prefix.jsonl", Path.cwd())
+    assert f"this run recorded 1 row before it stopped, kept in {expected}." in said
+
+
+# ── 8. make targets typed in 03-labs/ work as in the kit folder ──────────────
+
+
+def test_make_help_in_the_lab_book_folder_lists_the_kits_targets() -> None:
+    here, kit = make(LABS), make(KIT)
+    assert here.returncode == 0, here.stderr
+    assert here.stdout == kit.stdout and "make check" in here.stdout
+
+
+@pytest.mark.parametrize("target", ["check", "mock", "fw-check", "numbers", "demo"])
+def test_each_course_page_target_runs_from_the_lab_book_folder(target: str) -> None:
+    out = make(LABS, "-n", target)
+    assert out.returncode == 0, out.stderr
+    assert "No rule to make target" not in out.stderr
+
+
+def test_make_check_in_the_lab_book_folder_prints_commands_for_that_folder() -> None:
+    out = make(LABS, "check")
+    assert out.returncode == 0, out.stderr
+    line = next(x for x in out.stdout.splitlines() if x.startswith("llamacpp"))
+    assert "bash ../lessons/02-three-local-servers/serve_llamacpp.sh" in line  # works from 03-labs/
+    mock_line = next(x for x in out.stdout.splitlines() if x.startswith("mock"))
+    assert "start: make mock" in mock_line  # make targets work there as typed
+
+
+# ── 2. A Python without the kit gets the exact command, not ModuleNotFoundError ──
+
+
+@pytest.fixture(scope="module")
+def bare_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A Python with no felab and no packages: a fresh venv, as a learner's other project has."""
+    venv = tmp_path_factory.mktemp("other-project") / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    return str(venv / "bin" / "python")
+
+
+def run_with(python: str, script: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    return subprocess.run(
+        [python, str(script.relative_to(cwd)), *args], cwd=cwd, env=env, capture_output=True, text=True
+    )
+
+
+@pytest.mark.parametrize("script", ["prefix_bench.py", "affinity_bench.py"])
+def test_a_lesson_script_without_the_kit_names_the_kits_python(
+    script: str, bare_python: str, mock_url: str
+) -> None:
+    args = ("--target", "mock", "--base-url", mock_url, "--quick")
+    out = run_with(bare_python, LESSON06 / script, *args, cwd=LESSON06)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    said = " ".join(out.stderr.split())
+    assert said.startswith(f"error: this Python ({bare_python}) has no felab")
+    command = backticked(said)[0]
+    assert command == f"../../.venv/bin/python {script} " + " ".join(args)
+    assert "source ../../.venv/bin/activate" in backticked(said)
+    followed = subprocess.run(command.split(), cwd=LESSON06, capture_output=True, text=True, timeout=120)
+    assert followed.returncode == 0, followed.stderr  # following it, from the same folder
+
+
+def test_from_the_kit_folder_the_command_is_written_for_the_kit_folder(bare_python: str) -> None:
+    out = run_with(bare_python, PREFIX_BENCH, "--target", "mock", cwd=KIT)
+    said = " ".join(out.stderr.split())
+    assert backticked(said)[0] == ".venv/bin/python lessons/06-prefix-caching/prefix_bench.py --target mock"
+
+
+def test_a_new_lessons_script_has_the_guard(tmp_path: Path, bare_python: str) -> None:
+    from felab.course.new_lesson import create_lesson
+
+    (tmp_path / "felab").symlink_to(KIT / "felab")  # a kit: its felab/, and lessons/ beside it
+    folder = create_lesson("07", "batching", tmp_path / "lessons")
+    out = run_with(bare_python, folder / "batching.py", "--target", "mock", cwd=folder)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "has no felab" in out.stderr and "batching.py --target mock`" in out.stderr
+
+
+def test_no_kit_advice_when_the_kits_environment_is_missing_or_broken(tmp_path: Path) -> None:
+    from felab import no_kit
+
+    kit, lesson = tmp_path / "kit", tmp_path / "kit" / "lessons" / "06-prefix-caching"
+    lesson.mkdir(parents=True)
+    said = no_kit.advice(kit, lesson, ["prefix_bench.py"], "/usr/bin/python3", "/usr", "felab")
+    assert "`make -C ../.. setup`" in said and "`../../.venv/bin/python prefix_bench.py`" in said
+    assert "`make setup`" in no_kit.advice(kit, kit, ["x.py"], "/usr/bin/python3", "/usr", "felab")
+
+    (kit / ".venv" / "bin").mkdir(parents=True)
+    (kit / ".venv" / "bin" / "python").touch()
+    broken = no_kit.advice(
+        kit, lesson, ["prefix_bench.py"], str(kit / ".venv/bin/python"), str(kit / ".venv"), "openai"
+    )
+    assert "has no openai, though it is the kit's own" in broken
+    assert "`../../.venv/bin/python -m pip install -e ../..`" in broken
+
+
+# ── Siblings: a start command for the address the run used ─────────────────
+
+
+def test_start_commands_follow_the_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    from felab.targets import start_command
+
+    monkeypatch.chdir(LESSON06)
+    serve = "bash ../02-three-local-servers/serve_llamacpp.sh Q4_K_M 16384 4"
+    assert start_command("llamacpp", "http://127.0.0.1:8080/v1") == serve
+    assert start_command("llamacpp", "http://127.0.0.1:9090/v1") == f"LLAMACPP_PORT=9090 {serve}"
+    assert start_command("mock", "http://127.0.0.1:8765/v1") == "make -C ../.. mock"
+    assert start_command("mock", "http://localhost:9000/v1") == (
+        "../../.venv/bin/python -m felab.mock_server --port 9000"
+    )
+    assert start_command("vllm", "http://127.0.0.1:8001/v1") == "vllm serve <model> --port 8001"
+
+
+def test_a_refused_llamacpp_on_another_port_names_that_port() -> None:
+    out = run_script(PREFIX_BENCH, "--target", "llamacpp", "--base-url", "http://127.0.0.1:9/v1")
+    said = " ".join(out.stderr.split())
+    assert out.returncode == 2
+    assert "`LLAMACPP_PORT=9 bash ../02-three-local-servers/serve_llamacpp.sh Q4_K_M 16384 4`" in said
+
+
+# ── Siblings: an address typed without http:// or without /v1 ────────────────
+
+
+def test_a_base_url_without_a_scheme_names_the_fixed_one(mock_url: str) -> None:
+    bare = mock_url.removeprefix("http://")
+    out = run_script(PREFIX_BENCH, "--base-url", bare, "--quick")
+    said = " ".join(out.stderr.split())
+    assert out.returncode == 2 and "without http:// in front" in said
+    fixed = backticked(said)[0]
+    assert fixed == f"--base-url {mock_url}"
+    assert run_script(PREFIX_BENCH, *fixed.split(), "--quick").returncode == 0  # following it
+
+
+def test_a_base_url_without_v1_says_so(mock_url: str) -> None:
+    out = run_script(PREFIX_BENCH, "--base-url", mock_url.removesuffix("/v1"), "--quick")
+    said = " ".join(out.stderr.split())
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert f"`--base-url {mock_url}`" in said
