@@ -89,10 +89,10 @@ def opening(tag: int, blocks: int = 40) -> list[int]:
 
 
 def gauges(model: PracticeModel, now: float) -> tuple[float, float]:
-    page = metrics.render(model.fleet.replicas, "m", now, {})
-    rows = [line for line in page.splitlines() if line.startswith("vllm:num_requests")]
-    values = {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in rows}
-    return values["vllm:num_requests_running"], values["vllm:num_requests_waiting"]
+    """Running and waiting as /metrics would say at `now` (the page rendered and read back)."""
+    snapshot = metrics.Snapshot(model.fleet.replicas, {}, now)
+    page = metrics.read_page(metrics.render(metrics.registry("m", lambda: snapshot)).decode())
+    return page["vllm:num_requests_running"], page["vllm:num_requests_waiting"]
 
 
 def test_five_cold_prompts_hung_up_give_the_next_request_the_lane_at_once() -> None:

@@ -21,7 +21,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from felab.mock_server.config import Settings
 
 
 class TimelyHttp(HttpToolsProtocol):
@@ -61,3 +64,16 @@ def timely_http(head_timeout_s: float) -> type[TimelyHttp]:
     """The protocol class for uvicorn's `http=` setting, with this head deadline."""
     attrs: dict[str, Any] = {"head_timeout_s": head_timeout_s}
     return type("TimelyHttp", (TimelyHttp,), attrs)
+
+
+def uvicorn_config(app: Any, host: str, port: int, settings: Settings) -> uvicorn.Config:
+    """How uvicorn serves the practice server: quiet, and with the limits above."""
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        http=timely_http(settings.request_timeout_s),
+        timeout_keep_alive=settings.idle_timeout_s,
+    )

@@ -36,7 +36,7 @@ class Intake:
     arrival time as it comes in, instead of after all the others have been parsed.
     """
 
-    def __init__(self, app: Any, limit: int, timeout_s: float = 10.0) -> None:
+    def __init__(self, app: Any, limit: int, timeout_s: float) -> None:
         self.app, self.limit, self.timeout_s = app, limit, timeout_s
         self.turn = asyncio.Lock()
 

@@ -120,7 +120,7 @@ def main(host: str, port: int, fail_types: str, cache_ttl: float | None, **flags
     import uvicorn
 
     from felab.mock_server.app import create_app
-    from felab.mock_server.connections import timely_http
+    from felab.mock_server.connections import uvicorn_config
 
     if not port_is_free(host, port):
         raise click.ClickException(
@@ -139,15 +139,7 @@ def main(host: str, port: int, fail_types: str, cache_ttl: float | None, **flags
         f"practice server listening on http://{host}:{port}/v1 · {describe(settings)} · Ctrl+C stops it",
         flush=True,
     )
-    config = uvicorn.Config(
-        create_app(settings),
-        host=host,
-        port=port,
-        log_level="warning",
-        access_log=False,
-        http=timely_http(settings.request_timeout_s),  # slow or silent clients: connections.py
-        timeout_keep_alive=settings.idle_timeout_s,
-    )
+    config = uvicorn_config(create_app(settings), host, port, settings)  # with connections.py's limits
     logging.getLogger("uvicorn.error").addFilter(HideStreamCuts())  # after Config has set up logging
     uvicorn.Server(config).run()
 
