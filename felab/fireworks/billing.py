@@ -293,9 +293,11 @@ def sweep(client: fireworks.Fireworks, account: str, root: str) -> Sweep:
                 for i, j in enumerate(read_all(lister, kind.key, f"{kind.label} jobs", account_id=account), 1)
             ]
         except (CouldNotCheck, fireworks.FireworksError) as exc:
-            found.unread.append(f"{kind.key}: {why(exc, root)}")
             if stopped_by(exc):  # out of time, or a reply refused: the lists after it would stop too
+                rest = [k.key for k in JOB_KINDS[JOB_KINDS.index(kind) :]]
+                found.unread.append(f"{', '.join(rest)}: {why(exc, root)}")
                 break
+            found.unread.append(f"{kind.key}: {why(exc, root)}")
             continue
         found.jobs_seen += len(jobs)
         found.active_jobs += [j for j in jobs if j.state not in JOB_FINISHED]
