@@ -15,8 +15,9 @@ What counts as a key:
 
     the value of every environment variable named *_API_KEY (FIREWORKS_API_KEY, ...),
         shown as <FIREWORKS_API_KEY>
-    the word after "Bearer " (a credential in an Authorization header, anyone's),
-        shown as Bearer <redacted>; `Bearer $FIREWORKS_API_KEY` in a command is left as is
+    the word after "Bearer " (a credential in an Authorization header, anyone's: 8 characters
+        or more, with a digit or one of _+/=-), shown as Bearer <redacted>; `Bearer $FIREWORKS_API_KEY`
+        in a command is left as is
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ MIN_KEY_CHARS = 8
 """Shorter values are not keys (`not-needed`, the local servers' stand-in, has 10: it is not
 in a *_API_KEY variable); replacing a short value would garble ordinary words."""
 
-_BEARER = re.compile(r"(?i)\b(bearer\s+)(?![$<])[^\s'\",;\\]+")
+_BEARER = re.compile(r"(?i)\b(bearer\s+)(?![$<])(?=[^\s'\",;\\]*[0-9_+/=-])[^\s'\",;\\]{8,}")
+"""`Bearer` and a credential: 8 characters or more, with a digit or one of `_+/=-` (so "Bearer
+token" and "Bearer authentication." stay words), and not `$VARIABLE` or an already redacted `<NAME>`."""
 
 
 def known_keys() -> dict[str, str]:
