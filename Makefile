@@ -12,7 +12,7 @@ export FELAB_CALLER_DIR ?= $(PWD)
 
 .DEFAULT_GOAL := help
 .PHONY: help setup demo mock check smoke bench test lint numbers new-lesson fw-check bundle bundle-serve \
-	engines llama-server tiny-model test-engines replay
+	engines llama-server tiny-model test-engines replay test-load
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -75,6 +75,9 @@ tiny-model: $(call EXTRA,engines) ## write the offline tiny model (random weight
 
 test-engines: $(call EXTRA,engines) $(call EXTRA,dev) ## real llama.cpp and MLX with the tiny model (each skips, saying why, if missing)
 	$(PY) -m pytest -m engines tests/engines
+
+test-load: $(call EXTRA,dev) ## load and slow clients on 127.0.0.1: hung-up prompts, trickled requests (~1 min)
+	$(PY) -m pytest -m load tests/test_load.py
 
 lint: $(call EXTRA,dev) ## ruff (lint and format) over the kit, and mypy over felab/
 	$(PY) -m ruff check felab lessons tests

@@ -21,7 +21,7 @@ import click
 import openai
 
 from felab.course.lessons import LESSONS_DIR, discover
-from felab.errors import EXIT_ERROR, FelabError
+from felab.errors import EXIT_ERROR, FelabError, debug_exit, fail
 from felab.mock_server.launch import practice_server
 from felab.paths import KIT_ROOT, from_here, load_env
 from felab.results import read_records, results_path
@@ -39,8 +39,8 @@ class FelabGroup(click.Group):
             return super().invoke(ctx)
         except FelabError as exc:
             if os.environ.get("FELAB_DEBUG"):
-                raise
-            click.echo(f"error: {exc.message}", err=True)
+                debug_exit(exc)  # the traceback, keys redacted; still exit status 2
+            fail(exc.message)
             ctx.exit(EXIT_ERROR)
 
 
@@ -177,7 +177,8 @@ def fw_check() -> None:
       0  nothing is billing (one line says so)
       1  something is billing: listed, each with the command that stops it
       2  could not check (no key, key refused, network error, server error,
-         a reply it did not understand): says why, never an empty list
+         a redirect, a reply too large or too slow, a reply it did not
+         understand): says why, never an empty list
     (`make fw-check` itself exits 2 for both 1 and 2, as make does for any
     failed command; its last line says "Error 1" or "Error 2".)
 

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from collections.abc import Callable
+from typing import NoReturn
+
+from felab.redact import redact
 
 EXIT_ERROR = 2
 """Exit status of a run stopped by a FelabError (bad input or an unreachable server)."""
@@ -22,13 +26,23 @@ class FelabError(Exception):
     """An error with a message written for the learner: what happened and the fix."""
 
     def __init__(self, message: str) -> None:
+        message = redact(message)  # a server's words can carry a key: never in a message
         super().__init__(message)
         self.message = message
 
 
 def fail(message: str) -> None:
     """Print a learner-facing error paragraph to stderr, unwrapped so commands stay whole."""
-    print(f"error: {message}", file=sys.stderr)
+    print(f"error: {redact(message)}", file=sys.stderr)
+
+
+def debug_exit(exc: BaseException) -> NoReturn:
+    """FELAB_DEBUG=1: print the whole traceback, keys redacted, and exit as without it (status 2).
+
+    Letting the exception escape would exit 1, which `make fw-check` documents as "billing".
+    """
+    print(redact("".join(traceback.format_exception(exc))), file=sys.stderr, end="")
+    sys.exit(EXIT_ERROR)
 
 
 def run(main: Callable[[], object]) -> None:
@@ -42,7 +56,7 @@ def run(main: Callable[[], object]) -> None:
         main()
     except FelabError as exc:
         if os.environ.get("FELAB_DEBUG"):
-            raise
+            debug_exit(exc)
         fail(exc.message)
         if recorded():
             print(f"note: {what_was_recorded()}", file=sys.stderr)

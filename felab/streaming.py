@@ -107,6 +107,17 @@ def cut_off(exc: openai.OpenAIError, target: Target, tokens: int) -> FelabError:
     )
 
 
+def no_text(target: Target, model: str) -> FelabError:
+    """A reply that ended without one chunk of text: nothing to time, so nothing to record."""
+    return FelabError(
+        f"The {target.name} server at {target.base_url} ended its reply without any text (model "
+        f"{model}): no chunk carried content, so there is no first token to time, and nothing was "
+        f"recorded. A model that is not a chat model, a server that is still loading, or a proxy "
+        f"that dropped the stream's content can do this. See what the server serves with "
+        f"`{from_here('make check')}`, then pass a chat model with --model."
+    )
+
+
 def stream_once(
     cli: openai.OpenAI, model: str, messages: list[dict], max_tokens: int = 48, **extra: Any
 ) -> CallResult:
@@ -144,9 +155,8 @@ def stream_once(
         if stream is not None:  # the reply had started: the stream was cut off mid-way
             raise cut_off(exc, _target(cli), chunks) from exc
         raise explain(exc, _target(cli)) from exc
-    if ttft is None or last is None:  # no text at all: report the wait until the stream ended
-        last = time.perf_counter()
-        ttft = last - t0
+    if ttft is None or last is None:  # no text at all: there is no first token to time
+        raise no_text(_target(cli), model)
     got = read_usage(usage, timings)
     return CallResult(
         ttft_ms=ttft * 1000,

@@ -15,11 +15,16 @@ the `fireworks-ai` SDK's types):
 Every request must carry `Authorization: Bearer <key>`; a wrong key gets
 Fireworks' 401 body. A test shapes the behaviour through the attributes of
 `FakeFireworks` (deployments, jobs, `override` for a broken reply) and reads
-what arrived in `requests`.
+what arrived in `requests`. It can also misbehave as a hostile or broken
+server would: redirect to another origin (`redirect_to`), trickle its replies
+(`trickle_s`), send a huge page (`huge_bytes`), gzip a reply nobody asked to be
+compressed (`gzip`), repeat the Authorization header in an error (`echo_key`),
+or stream a reply without text (`no_text`).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import threading
@@ -116,7 +121,25 @@ class FakeFireworks:
     chat_error: tuple[int, dict] | None = None
     repeat_page_token: bool = False
     """Deployments: answer every page with the same nextPageToken (a broken server)."""
+    require_key: bool = True
+    """False: answer without checking the key (the other origin a redirect points to)."""
+    redirect_to: str | None = None
+    """Control plane: answer 302 with Location at this root URL, same path and query."""
+    trickle_s: float | None = None
+    """Control plane: send each reply one byte every so many seconds."""
+    huge_bytes: int = 0
+    """Deployments: a valid page this many bytes long (many scaled-to-zero deployments)."""
+    huge_declared: bool = True
+    """With huge_bytes: send its Content-Length (else no length, and close when done)."""
+    gzip: bool = False
+    """Control plane: gzip every reply, whatever Accept-Encoding said."""
+    echo_key: int | None = None
+    """Answer every request with this status, repeating its Authorization header in the message."""
+    no_text: bool = False
+    """Chat: a 200 stream with a role chunk, a finish and usage, but no content at all."""
     requests: list[Seen] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    """Each request's headers, the Authorization header left out."""
     _cache: dict[str, list[str]] = field(default_factory=dict)  # user -> prompts seen
 
     def seen(self, path_part: str) -> list[Seen]:
@@ -133,13 +156,44 @@ class _Handler(BaseHTTPRequestHandler):
     # ── plumbing ──
     def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        if self.fake.gzip:
+            raw, headers = gzip.compress(raw), {**(headers or {}), "Content-Encoding": "gzip"}
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(raw)))
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         self.end_headers()
-        self.wfile.write(raw)
+        if self.fake.trickle_s is None:
+            self.wfile.write(raw)
+            return
+        for byte in raw:  # one byte at a time, until the client gives up
+            try:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+            except OSError:
+                return
+            time.sleep(self.fake.trickle_s)
+
+    def _send_huge(self, size: int) -> None:
+        """A valid page of `size` bytes, written as it is made (the fake keeps none of it)."""
+        item = json.dumps(deployment("idle", replicas=0)).encode()
+        head, tail, n = b'{"deployments": [', b"]}", (size - 20) // (len(item) + 1)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        if self.fake.huge_declared:
+            self.send_header("Content-Length", str(len(head) + n * (len(item) + 1) - 1 + len(tail)))
+        else:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        try:
+            self.wfile.write(head)
+            for i in range(n):
+                self.wfile.write(item + (b"," if i < n - 1 else b""))
+            self.wfile.write(tail)
+        except OSError:  # the client stopped reading
+            return
 
     def _start(self, method: str) -> tuple[str, dict[str, list[str]], Any] | None:
         parts = urlsplit(self.path)
@@ -148,7 +202,12 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(raw) if raw else None
         query = parse_qs(parts.query, keep_blank_values=True)
         self.fake.requests.append(Seen(method, parts.path, query, body))
-        if self.headers.get("Authorization") != f"Bearer {self.fake.key}":
+        self.fake.headers.append({k: v for k, v in self.headers.items() if k.lower() != "authorization"})
+        if self.fake.echo_key is not None:  # a broken server or proxy that repeats the credential
+            said = f"Unauthorized: Authorization: {self.headers.get('Authorization')} was rejected."
+            self._send(self.fake.echo_key, error_body(said, "UNAUTHORIZED"))
+            return None
+        if self.fake.require_key and self.headers.get("Authorization") != f"Bearer {self.fake.key}":
             self._send(401, UNAUTHORIZED)
             return None
         if parts.path in self.fake.override:
@@ -163,6 +222,9 @@ class _Handler(BaseHTTPRequestHandler):
         if started is None:
             return
         path, query, _ = started
+        if self.fake.redirect_to:
+            where = self.fake.redirect_to + self.path
+            return self._send(302, error_body("moved", "MOVED"), {"Location": where})
         bits = path.strip("/").split("/")
         if bits == ["v1", "accounts"]:
             return self._page("accounts", self.fake.accounts, query)
@@ -170,6 +232,8 @@ class _Handler(BaseHTTPRequestHandler):
             account, collection = bits[2], bits[3]
             if account not in {a["name"].split("/")[-1] for a in self.fake.accounts}:
                 return self._send(403, error_body(f"no access to account {account}", "PERMISSION_DENIED"))
+            if collection == "deployments" and self.fake.huge_bytes:
+                return self._send_huge(self.fake.huge_bytes)
             if collection == "deployments":
                 items = self.fake.deployments.get(account, [])
                 if query.get("showDeleted", ["false"])[0] != "true":
@@ -251,7 +315,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
 
         send([{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}])
-        for word in words:
+        for word in [] if self.fake.no_text else words:
             send([{"index": 0, "delta": {"content": word}, "finish_reason": None}])
         send([{"index": 0, "delta": {}, "finish_reason": "length"}])
         send([], usage=usage)  # usage in its own last chunk, with empty choices

@@ -17,9 +17,10 @@ from collections.abc import Iterator
 import pytest
 from click.testing import CliRunner, Result
 from conftest import KIT, run_felab
-from fake_fireworks import KEY, FakeFireworks, deployment, fireworks_env, job
+from fake_fireworks import KEY, FakeFireworks, deployment, fireworks_env, job, serve
 
 from felab.cli import cli
+from felab.fireworks import transport
 from felab.fireworks.billing import CouldNotCheck, parse_deployment
 
 DEPLOYMENTS = "/v1/accounts/learner/deployments"
@@ -342,3 +343,129 @@ def test_an_account_id_that_is_not_an_id_is_could_not_check(fake: FakeFireworks,
     monkeypatch.setenv("FIREWORKS_ACCOUNT_ID", "accounts/learner/deployments")
     result = fw_check_here()
     assert result.exit_code == 2 and "not an account id" in result.stderr and fake.requests == []
+
+
+# ── Only Fireworks' own answer counts: no redirects, a deadline, a size cap ───
+
+
+@pytest.fixture
+def elsewhere() -> Iterator[FakeFireworks]:
+    """Another origin that answers every list empty, without asking for a key."""
+    with serve(FakeFireworks(require_key=False)) as other:
+        yield other
+
+
+def test_a_redirect_to_another_origin_is_could_not_check(fake: FakeFireworks, elsewhere) -> None:
+    fake.redirect_to = elsewhere.url
+    out = fw_check()
+    assert out.returncode == 2, out.stdout
+    assert "Nothing is billing" not in out.stdout
+    assert COULD_NOT in out.stderr and "HTTP 302, a redirect to" in out.stderr
+    assert elsewhere.url.split("//")[1] in out.stderr and "follows no redirect" in out.stderr
+    assert elsewhere.requests == []  # not followed at all, with or without the key
+
+
+def test_a_redirect_within_the_same_server_is_could_not_check_too(fake: FakeFireworks) -> None:
+    fake.redirect_to = fake.url + "/moved"
+    result = fw_check_here()
+    assert result.exit_code == 2 and "a redirect to" in result.stderr
+    assert all(not r.path.startswith("/moved") for r in fake.requests)
+
+
+def test_replies_are_asked_for_uncompressed_and_a_compressed_one_is_refused(fake: FakeFireworks) -> None:
+    assert fw_check_here().exit_code == 0
+    assert {h.get("Accept-Encoding") for h in fake.headers} == {"identity"}
+    fake.gzip = True
+    result = fw_check_here()
+    assert result.exit_code == 2 and "came compressed (gzip)" in result.stderr
+
+
+def test_a_trickled_reply_stops_at_the_deadline(fake: FakeFireworks, monkeypatch) -> None:
+    # The deadline covers the whole check; shortened here to 2 s. Without one, this reply
+    # (1 byte every 0.05 s, ~1,000 bytes) would take about a minute. Margin: the check must
+    # end within 10 s of starting (the deadline, one retry's back-off, and a loaded machine).
+    monkeypatch.setattr(transport, "DEADLINE_S", 2.0)
+    fake.deployments["learner"] = [deployment(f"d{i}", replicas=0) for i in range(2)]
+    fake.trickle_s = 0.05
+    t0 = time.perf_counter()
+    result = fw_check_here()
+    took = time.perf_counter() - t0
+    assert result.exit_code == 2 and "Nothing is billing" not in result.output
+    assert "did not finish within its limit of 2 s" in result.stderr
+    assert took < 10, took
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_a_reply_over_the_size_cap_is_could_not_check(fake: FakeFireworks, monkeypatch, declared) -> None:
+    # 1 MB cap here (8 MB in use): a 20 MB page, declared in Content-Length or not, is refused
+    # after at most the cap has been read.
+    monkeypatch.setattr(transport, "MAX_REPLY_BYTES", 1024 * 1024)
+    fake.huge_bytes, fake.huge_declared = 20 * 1024 * 1024, declared
+    result = fw_check_here()
+    assert result.exit_code == 2 and "Nothing is billing" not in result.output
+    assert "was larger than 1 MB" in result.stderr
+
+
+def test_a_200_mb_reply_is_refused_in_bounded_memory(fake: FakeFireworks) -> None:
+    # As `make fw-check` runs: the real cap (8 MB). The child's peak memory (ru_maxrss) must stay
+    # far below the reply: without the cap a 200 MB page took 483 MB. Margin: 200 MB, where the
+    # kit's own imports take about 60 MB.
+    fake.huge_bytes, fake.huge_declared = 200 * 1024 * 1024, False
+    code = (
+        "import resource, runpy, sys; sys.argv = ['felab', 'fw-check']\n"
+        "try:\n    runpy.run_module('felab', run_name='__main__')\n"
+        "finally:\n"
+        "    print('peak_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=KIT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ),
+    )
+    assert out.returncode == 2 and "was larger than 8 MB" in out.stderr
+    peak_mb = int(out.stderr.rsplit("peak_kb ", 1)[1].split()[0]) / 1024
+    assert peak_mb < 200, peak_mb
+
+
+# ── Debug mode and keys the server repeats ────────────────────────────────────
+
+
+def test_debug_shows_the_traceback_and_still_exits_2(fake: FakeFireworks, monkeypatch) -> None:
+    monkeypatch.setenv("FELAB_DEBUG", "1")
+    fake.override[DEPLOYMENTS] = (200, b"{}")
+    out = run_felab("fw-check", timeout=60)
+    assert out.returncode == 2
+    assert "Traceback (most recent call last)" in out.stderr and "CouldNotCheck" in out.stderr
+
+
+def test_a_key_repeated_by_the_server_is_never_printed(fake: FakeFireworks, monkeypatch) -> None:
+    fake.echo_key = 401
+    out = fw_check()  # asserts the key is not in stdout or stderr
+    assert out.returncode == 2 and "HTTP 401" in out.stderr
+    assert "Bearer <redacted>" in out.stderr or "<FIREWORKS_API_KEY>" in out.stderr
+    monkeypatch.setenv("FELAB_DEBUG", "1")
+    for status in (401, 500):
+        fake.echo_key = status
+        out = run_felab("fw-check", timeout=60)
+        assert out.returncode == 2 and "Traceback" in out.stderr
+        assert KEY not in out.stdout + out.stderr
+        assert f"HTTP {status}" in out.stderr or f"Error code: {status}" in out.stderr
+
+
+def test_a_key_in_a_deployment_name_is_not_printed(fake: FakeFireworks) -> None:
+    fake.deployments["learner"] = [deployment(f"leak-{KEY}")]
+    out = fw_check()
+    assert out.returncode == 1 and "leak-<FIREWORKS_API_KEY>" in out.stdout
+
+
+def test_a_failure_of_the_check_itself_exits_2_not_1(fake: FakeFireworks, monkeypatch) -> None:
+    # A bug in the sweep (here: a report that breaks) must never read as "billing" (exit 1).
+    def broken(_found: object) -> tuple[str, int]:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("felab.fireworks.billing.report", broken)
+    result = fw_check_here()
+    assert result.exit_code == 2 and "the check itself failed (RuntimeError: boom)" in result.stderr

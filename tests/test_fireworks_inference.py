@@ -108,6 +108,55 @@ def test_each_fireworks_error_is_one_paragraph_and_exit_2(
         assert words in " ".join(paragraph.split())
 
 
+@pytest.mark.parametrize("status", [401, 500])
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_key_the_server_repeats_is_never_printed_or_recorded(
+    fake: FakeFireworks, monkeypatch, isolated, status: int, debug: bool
+) -> None:
+    # The server's words are shown (they help), the credential in them is not: in the
+    # paragraph, and in the FELAB_DEBUG traceback, which still exits 2.
+    fake.echo_key = status
+    if debug:
+        monkeypatch.setenv("FELAB_DEBUG", "1")
+    out = bench()  # asserts KEY is nowhere in stdout or stderr
+    assert out.returncode == 2
+    assert f"HTTP {status}" in out.stderr or f"Error code: {status}" in out.stderr
+    assert "Bearer <redacted>" in out.stderr or "<FIREWORKS_API_KEY>" in out.stderr
+    assert ("Traceback" in out.stderr) is debug
+    assert not list(isolated.glob("*.jsonl"))  # nothing recorded
+
+
+def test_a_reply_without_text_is_an_error_and_records_nothing(fake: FakeFireworks, isolated) -> None:
+    fake.no_text = True  # 200, a role chunk, a finish and usage: no content at all
+    out = bench()
+    assert out.returncode == 2, out.stdout
+    paragraph = " ".join(out.stderr.split())
+    assert paragraph.startswith("error: The fireworks server at") and "without any text" in paragraph
+    assert "nothing was recorded" in paragraph and "--model" in paragraph
+    assert "TTFT" not in out.stdout
+    assert not (isolated / "06-prefix.jsonl").exists()
+
+
+def test_the_no_text_error_against_the_openai_wire_format_in_process(fake: FakeFireworks) -> None:
+    from felab import FelabError, client, stream_once
+    from felab.targets import Target
+
+    fake.no_text = True
+    t = Target("fireworks", f"{fake.url}/inference/v1", MODEL, KEY, True)
+    with pytest.raises(FelabError, match="ended its reply without any text") as caught:
+        stream_once(client(t), MODEL, [{"role": "user", "content": "hi"}])
+    assert KEY not in caught.value.message
+
+
+def test_a_recorded_row_never_holds_a_key(isolated, monkeypatch) -> None:
+    from felab import record
+
+    monkeypatch.setenv("FIREWORKS_API_KEY", KEY)
+    record("06-prefix", {"target": "fireworks", "model": f"m {KEY}", "calls": [{"note": f"Bearer {KEY}"}]})
+    text = (isolated / "06-prefix.jsonl").read_text()
+    assert KEY not in text and "m <FIREWORKS_API_KEY>" in text
+
+
 # ── Prices: one table, flags override, never invented ─────────────────────────
 
 

@@ -39,8 +39,11 @@ import http.server
 import io
 import json
 import logging
+import os
 import re
 import shutil
+import socket
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -447,9 +450,65 @@ def build(root: Path = KIT_ROOT, site: Path | None = None, staging: Path | None 
 # ── Serving ───────────────────────────────────────────────────────────────────
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
+SERVE_TIMEOUT_S = 10.0
+"""A connection must send its whole request within this, and is closed after this long idle."""
+
+
+class _Site(http.server.SimpleHTTPRequestHandler):
+    """The built site's files and nothing else: no folder listings, no symlinks, no odd paths.
+
+    Python's handler lists a folder without an index.html, follows symlinks out of the site,
+    and stops with a traceback on a path holding a NUL byte (`/..%00/x`); each is a 404 here.
+    A client gets SERVE_TIMEOUT_S for its request line and headers, however slowly it sends
+    them (the socket timeout alone is re-armed by every byte).
+    """
+
+    timeout = SERVE_TIMEOUT_S  # an idle connection: socket timeout, then closed
+
+    def handle_one_request(self) -> None:
+        slow = threading.Timer(self.timeout, self._hang_up)
+        slow.start()
+        self.slow = slow
+        try:
+            super().handle_one_request()
+        finally:
+            slow.cancel()
+
+    def parse_request(self) -> bool:
+        self.slow.cancel()  # the head arrived in time
+        return super().parse_request()
+
+    def _hang_up(self) -> None:
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def send_head(self) -> Any:
+        path = self.translate_path(self.path)
+        if "\x00" in path:  # os.stat and open() would raise ValueError: a traceback
+            self.send_error(404)
+            return None
+        inside = os.path.relpath(path, self.directory)
+        real = os.path.join(os.path.realpath(self.directory), inside)
+        if inside.startswith("..") or os.path.realpath(path) != os.path.normpath(real):
+            self.send_error(404)  # outside the site, or a symlink anywhere on the way
+            return None
+        return super().send_head()
+
+    def list_directory(self, path: Any) -> None:
+        self.send_error(404)  # a folder without index.html: not listed
+        return None
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
         pass
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up or was too slow is not an error worth a traceback."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
 
 
 @contextlib.contextmanager
@@ -457,9 +516,9 @@ def served(site: Path, port: int = 0) -> Iterator[str]:
     """Serve `site` on 127.0.0.1 (a free port when `port` is 0) in a thread; yield its URL."""
     if not (site / "index.html").is_file():
         raise FelabError(f"there is no built bundle in {site}: run `make bundle` first.")
-    handler = functools.partial(_Quiet, directory=str(site))
+    handler = functools.partial(_Site, directory=str(site))
     try:
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+        server = _Server(("127.0.0.1", port), handler)
     except OSError as exc:
         raise FelabError(
             f"could not serve the bundle on 127.0.0.1:{port} ({exc.strerror}): another program holds the "

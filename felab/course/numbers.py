@@ -14,12 +14,13 @@ import csv
 import datetime as dt
 import io
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from felab.paths import results_dir
-from felab.results import read_records
+from felab.results import KEY_PATTERN, read_records
 from felab.tables import table
 
 GROUP_BY = ("target", "order")
@@ -89,7 +90,8 @@ and of `make numbers`' "your numbers" lines, each filled by `measured()`."""
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite number: not a bool, a string, NaN or infinity (JSON lets a damaged file hold any)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def warm(row: dict[str, Any]) -> bool:
@@ -145,10 +147,10 @@ def _when(ts: Any) -> str:
     """`2026-11-30T04:25:00+00:00` as `2026-11-30 04:25 UTC` (the text itself if it is not a time)."""
     try:
         moment = dt.datetime.fromisoformat(str(ts))
-    except ValueError:
+        if moment.tzinfo is not None:
+            moment = moment.astimezone(dt.timezone.utc)
+    except (ValueError, OverflowError):  # not a time, or one at the edge of the calendar
         return str(ts)
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(dt.timezone.utc)
     return moment.strftime("%Y-%m-%d %H:%M UTC")
 
 
@@ -161,9 +163,13 @@ def prefills(lesson: str) -> dict[str, dict[str, Any] | None]:
 
 
 def recorded_keys() -> list[str]:
-    """Every key with records, in lesson order (`02-...` before `06-...`)."""
+    """Every key with records, in lesson order (`02-...` before `06-...`).
+
+    Files the kit did not name (`06-prefix (copy).jsonl`) are left alone: no key reads them.
+    """
     folder = results_dir()
-    return sorted(p.stem for p in folder.glob("*.jsonl")) if folder.is_dir() else []
+    files = folder.glob("*.jsonl") if folder.is_dir() else []
+    return sorted(p.stem for p in files if KEY_PATTERN.match(p.stem))
 
 
 def latest(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -195,12 +201,15 @@ LAST = ("model", "ts")
 
 def scalars(row: dict[str, Any]) -> dict[str, Any]:
     """The row without per-call lists, floats to 2 decimals, `model` and `ts` last: what a person copies."""
-    kept = {
-        k: round(v, 2) if isinstance(v, float) else v
-        for k, v in row.items()
-        if not isinstance(v, (list, dict))
-    }
+    kept = {k: _shown(v) for k, v in row.items() if not isinstance(v, (list, dict))}
     return {**{k: v for k, v in kept.items() if k not in LAST}, **{k: kept[k] for k in LAST if k in kept}}
+
+
+def _shown(value: Any) -> Any:
+    """A float to 2 decimals; NaN and infinity (a damaged file) as no value, as JSON has none."""
+    if isinstance(value, float):
+        return round(value, 2) if math.isfinite(value) else None
+    return value
 
 
 def collect() -> dict[str, list[dict[str, Any]]]:
@@ -251,7 +260,7 @@ def plot_ttft(key: str, rows: list[dict[str, Any]]) -> Path | None:
         calls = row.get("calls")
         if not isinstance(calls, list) or not calls:
             return False
-        return all(isinstance(c, dict) and "ttft_ms" in c for c in calls)
+        return all(isinstance(c, dict) and _number(c.get("ttft_ms")) and c["ttft_ms"] > 0 for c in calls)
 
     with_calls = [r for r in rows if per_call(r)]
     if not with_calls:

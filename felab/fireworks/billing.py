@@ -16,7 +16,10 @@ https://api.fireworks.ai), with the official `fireworks-ai` SDK:
     GET /v1/accounts/{account}/supervisedFineTuningJobs, reinforcementFineTuningJobs, dpoJobs,
         batchInferenceJobs                            every page
 
-The SDK gives the auth header, the URLs, typed errors and retries. Its
+The SDK gives the auth header, the URLs, typed errors and retries; the HTTP
+client under it is fw-check's own (transport.py): it follows no redirect, asks
+only FIREWORKS_BASE_URL's origin, and holds the whole check to one deadline and
+every reply to a size cap, each a "could not check" when crossed. Its
 auto-paginating iterator is not used, for a measured reason (fireworks-ai
 1.2.30 against tests/fake_fireworks.py): it turns `{}` and `{"deployments": null}`
 into an empty list, yields the items of `{"deployments": "x"}` as they are, and
@@ -35,7 +38,9 @@ from typing import Any
 import fireworks
 
 from felab.errors import FelabError
-from felab.paths import ENV_FILE
+from felab.fireworks.transport import Budget, guarded_client, stopped_by
+from felab.paths import ENV_FILE, from_here
+from felab.redact import redact
 from felab.tables import table
 from felab.targets import FIREWORKS_ROOT, fireworks_root, required_key
 
@@ -44,6 +49,7 @@ PAGE_SIZE = 200  # the API's maximum
 MAX_PAGES = 500  # 100,000 items: a list longer than that is a server that never ends
 RETRIES = 1  # one retry on a 5xx or a dropped connection, then "could not check"
 TIMEOUT_S = 30.0
+"""Per request, for each step (connect, read...); the whole check has transport.DEADLINE_S."""
 
 GONE = {"DELETING", "DELETED"}
 """Deployment states that no longer bill."""
@@ -235,8 +241,15 @@ def root_url() -> str:
     return root
 
 
-def sdk_client(key: str, root: str) -> fireworks.Fireworks:
-    return fireworks.Fireworks(api_key=key, base_url=root, max_retries=RETRIES, timeout=TIMEOUT_S)
+def sdk_client(key: str, root: str, budget: Budget) -> fireworks.Fireworks:
+    """The official SDK, over fw-check's guarded HTTP client (no redirects, a deadline, a size cap)."""
+    return fireworks.Fireworks(
+        api_key=key,
+        base_url=root,
+        max_retries=RETRIES,
+        timeout=TIMEOUT_S,
+        http_client=guarded_client(budget, TIMEOUT_S),
+    )
 
 
 def account_id(client: fireworks.Fireworks) -> str:
@@ -275,6 +288,10 @@ def sweep(client: fireworks.Fireworks, account: str, root: str) -> Sweep:
                 for i, j in enumerate(read_all(lister, kind.key, f"{kind.label} jobs", account_id=account), 1)
             ]
         except (CouldNotCheck, fireworks.FireworksError) as exc:
+            if stopped_by(exc):  # out of time, or a reply refused: the lists after it would stop too
+                rest = [k.key for k in JOB_KINDS[JOB_KINDS.index(kind) :]]
+                found.unread.append(f"{', '.join(rest)}: {why(exc, root)}")
+                break
             found.unread.append(f"{kind.key}: {why(exc, root)}")
             continue
         found.jobs_seen += len(jobs)
@@ -319,7 +336,7 @@ def report(found: Sweep) -> tuple[str, int]:
         out += [f"  {j.kind.stop.format(name=j.name, root=found.root)}" for j in found.active_jobs]
 
     if found.unread:
-        print("\n".join(out))
+        print(redact("\n".join(out)))
         raise CouldNotCheck("some job lists could not be read: " + "; ".join(found.unread))
     out.append("")
     if billing or found.active_jobs:
@@ -349,6 +366,8 @@ def why(exc: Exception, root: str) -> str:
     """One sentence for an SDK error: what went wrong and what to do."""
     if isinstance(exc, CouldNotCheck):
         return exc.why
+    if stop := stopped_by(exc):  # the guarded client refused a reply, or ran out of time
+        return stop.why
     if isinstance(exc, fireworks.APIStatusError):
         said = _server_words(exc.body) or exc.response.reason_phrase
         status = exc.status_code
@@ -386,15 +405,25 @@ def _server_words(body: object) -> str:
 
 
 def check() -> tuple[str, int]:
-    """Run the sweep: the text for stdout and the exit status (0 or 1); CouldNotCheck otherwise."""
+    """Run the sweep: the text for stdout and the exit status (0 or 1); CouldNotCheck otherwise.
+
+    Fails closed whatever happens: anything but a finished sweep, even a bug here or Ctrl+C,
+    is a CouldNotCheck (exit 2), never Python's exit status 1, which would read as "billing".
+    """
     key, root = api_key(), root_url()
+    budget = Budget.for_check(root)
     try:
-        try:
-            client = sdk_client(key, root)
-            found = sweep(client, account_id(client), root)
-        except fireworks.FireworksError as exc:
-            raise CouldNotCheck(why(exc, root)) from None
-        return report(found)
-    except FelabError as exc:  # defence in depth: whatever the message, the key is not in it
-        exc.message = exc.message.replace(key, "<FIREWORKS_API_KEY>")
+        client = sdk_client(key, root, budget)
+        text, status = report(sweep(client, account_id(client), root))
+    except FelabError:
         raise
+    except fireworks.FireworksError as exc:
+        raise CouldNotCheck(why(exc, root)) from exc
+    except Exception as exc:
+        raise CouldNotCheck(
+            f"the check itself failed ({type(exc).__name__}: {exc}). `FELAB_DEBUG=1 "
+            f"{from_here('make fw-check')}` shows where."
+        ) from exc
+    except KeyboardInterrupt:
+        raise CouldNotCheck("it was interrupted (Ctrl+C) before it had read everything.") from None
+    return redact(text), status

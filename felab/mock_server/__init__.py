@@ -12,7 +12,8 @@ Read it in this order; each file holds one idea:
     app.py       the HTTP layer: OpenAI's routes, translated to and from the core
     replies.py   what a reply says, in chat's or legacy completions' shape
     wire.py      OpenAI's request bodies (sampling fields checked) and error envelope
-    intake.py    how a request comes in: arrival time, body limit, one admission at a time
+    intake.py    how a request comes in: arrival time, body limit and deadline, one admission at a time
+    connections.py  how long a silent or slow connection may wait (uvicorn's protocol, two timers)
     faults.py    failures on purpose (--fail-rate)
     metrics.py   GET /metrics, with vLLM's names, by prometheus_client
     serve.py     the command line

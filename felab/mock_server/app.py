@@ -145,16 +145,24 @@ async def stream_events(state: ServerState, booking: Booking, reply: Reply) -> A
             state.cancel(booking, asyncio.get_running_loop().time())
 
 
+async def reply_due(state: ServerState, booking: Booking) -> None:
+    """Wait until a whole reply is due: its last token's time, moved up if a request ahead hung up."""
+    await until_first_token(state, booking)
+    await sleep_until(booking.token_at(booking.reply_tokens - 1))
+
+
 async def whole_reply(state: ServerState, booking: Booking, reply: Reply, request: Request) -> Response:
     """A reply in one piece, sent when its last token is due (499 if the client hung up first)."""
-    loop = asyncio.get_running_loop()
     gone = asyncio.ensure_future(hung_up(request))
+    due = asyncio.ensure_future(reply_due(state, booking))
     try:
-        await asyncio.wait({gone}, timeout=max(0.0, booking.token_at(booking.reply_tokens - 1) - loop.time()))
+        await asyncio.wait({gone, due}, return_when=asyncio.FIRST_COMPLETED)
+        hung = gone.done() and not due.done()
     finally:
         gone.cancel()
-    if not gone.cancelled() and gone.done():
-        state.cancel(booking, loop.time())
+        due.cancel()
+    if hung:
+        state.cancel(booking, asyncio.get_running_loop().time())
         return Response(status_code=CLIENT_CLOSED)  # nobody reads it; nginx's code for this
     state.model.finish(booking)
     return JSONResponse(reply.whole(booking), headers=headers_for(booking))
@@ -249,7 +257,7 @@ def create_app(settings: Settings | None = None) -> Intake:
 
     app = Starlette(routes=routes(settings, state), exception_handlers=ERROR_HANDLERS, lifespan=lifespan)
     app.state.felab = ServerState.fresh(replace(settings, fail_rate=0.0))  # the warm-up must not fail
-    wrapped = Intake(app, settings.max_body_bytes)
+    wrapped = Intake(app, settings.max_body_bytes, settings.request_timeout_s)
     return wrapped
 
 
@@ -269,6 +277,27 @@ async def route_error(_: Request, exc: Exception) -> Response:
 ERROR_HANDLERS = {ApiError: api_error, HTTPException: route_error}
 
 
+LOOPBACK = {"127.0.0.1", "localhost", "[::1]"}
+
+
+def same_origin_only(request: Request) -> None:
+    """A 403 for a request a web page sent: any web page the learner opens can POST to a local
+    server (a "simple" request needs no permission), so an admin route takes requests with no
+    Origin (curl, scripts) or from the server's own origin on a loopback name, as local dev
+    servers do; the loopback check also stops a page whose name was rebound to 127.0.0.1."""
+    origin = request.headers.get("origin")
+    host = request.headers.get("host", "")
+    if origin is None or (origin == f"http://{host}" and host.rsplit(":", 1)[0] in LOOPBACK):
+        return
+    here = "{}:{}".format(*(request.scope.get("server") or ("127.0.0.1", 8765)))  # the socket's own address
+    raise ApiError(
+        403,
+        f"POST {request.url.path} is refused from a web page (Origin: {origin[:100]}). Send it from "
+        f"a terminal: curl -X POST http://{here}{request.url.path}",
+        code="forbidden_origin",
+    )
+
+
 def routes(settings: Settings, state: Callable[[], ServerState]) -> list[Route]:
     """The routes that generate (booked in the model) and the ones that only read or reset."""
 
@@ -280,8 +309,9 @@ def routes(settings: Settings, state: Callable[[], ServerState]) -> list[Route]:
         req = parse(CompletionRequest, await request.body())
         return await answer(state(), request, req, req.prompt_text(), COMPLETION)
 
-    async def reset(_: Request) -> Response:
-        """Forget every cached block of every replica, as a restart would."""
+    async def reset(request: Request) -> Response:
+        """Forget every cached block of every replica, as a restart would (not from a web page)."""
+        same_origin_only(request)
         return JSONResponse({"cleared_blocks": state().model.reset_caches()})
 
     return [

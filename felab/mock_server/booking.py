@@ -53,6 +53,9 @@ class Booking:
     turn: Prefill
     interval_s: float
     """Seconds between two reply tokens."""
+    keys: Sequence[int] = ()
+    """The prompt's block keys; the first `found_blocks` were in the cache when it was booked."""
+    found_blocks: int = 0
 
     @property
     def first_token_at(self) -> float:
@@ -82,6 +85,16 @@ class Booking:
         }
 
 
+def _shared(later: Booking, cancelled: Booking) -> int:
+    """How many leading blocks of `cancelled`'s prompt `later` found in the cache when booked."""
+    n = 0
+    for mine, theirs in zip(later.keys[: later.found_blocks], cancelled.keys, strict=False):
+        if mine != theirs:
+            break
+        n += 1
+    return n
+
+
 class PracticeModel:
     """The practice server's whole state: a fleet of replicas, and the bookings made on it."""
 
@@ -90,6 +103,8 @@ class PracticeModel:
         cache = (settings.cache_blocks, settings.block_tokens, settings.cache_ttl_s)
         self.fleet = Fleet(settings.replicas, settings.route, cache, self.timing, settings.seed)
         self.ids = itertools.count()
+        self.live: dict[str, Booking] = {}
+        """Bookings whose reply is not over, in the order they were booked."""
 
     def book(self, prompt: Prompt, reply_tokens: int, arrival: float, now: float) -> Booking:
         """Route, look up, queue, insert and count one request that arrived at `arrival`."""
@@ -107,7 +122,10 @@ class PracticeModel:
             arrival,
             turn,
             self.timing.token_interval_s(),
+            prompt.keys,
+            (prompt.tokens - uncached) // replica.cache.block_tokens,
         )
+        self.live[booking.rid] = booking
         replica.stats.admit(
             booking.rid, prompt.tokens, booking.cached_tokens, reply_tokens, turn, booking.ttft_s
         )
@@ -116,14 +134,30 @@ class PracticeModel:
     def finish(self, booking: Booking) -> None:
         """The reply is over (sent, or its client gone): the request no longer runs."""
         booking.replica.stats.in_flight.pop(booking.rid, None)
+        self.live.pop(booking.rid, None)
 
     def cancel(self, booking: Booking, now: float) -> bool:
-        """Its client hung up at `now`: give the lane back the time it had not used.
+        """Its client hung up at `now`: give the lane back the time it had not used, as an engine
+        aborts a request.
 
+        Two things stay true. Prompts booked after it on its replica found its blocks in the
+        cache; the part of its prefill they count on is kept in the lane (done for them, before
+        their turn), so they are not served blocks nobody computed. Its other blocks that were
+        never computed leave the cache: a later prompt must prefill them.
         True if prompts queued behind it moved up (their waiters should look again).
         """
         self.finish(booking)
-        return bool(booking.replica.lane.cancel(booking.turn, now))
+        replica, turn = booking.replica, booking.turn
+        if turn.end <= now:
+            return False  # its prefill was over: the lane time was spent, its blocks computed
+        block = replica.cache.block_tokens
+        later = (b for b in self.live.values() if b.replica is replica and int(b.rid) > int(booking.rid))
+        relied = max((_shared(b, booking) for b in later), default=0)
+        needed = max(0, relied - booking.found_blocks) * block
+        moved = replica.lane.cancel(turn, now, keep_s=self.timing.prefill_s(needed))
+        computed = int(round(turn.seconds * self.timing.prefill_tokens_per_s)) // block
+        replica.cache.forget(booking.keys[booking.found_blocks + computed :])
+        return bool(moved)
 
     def reset_caches(self) -> int:
         """Forget every cached block of every replica, as a restart would; how many were dropped."""

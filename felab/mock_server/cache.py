@@ -86,6 +86,11 @@ class PrefixCache:
         while self.blocks and next(iter(self.blocks.values())) < oldest_kept:
             self.blocks.popitem(last=False)
 
+    def forget(self, keys: Sequence[int]) -> None:
+        """Drop these blocks: their prefill was aborted before it computed them."""
+        for key in keys:
+            self.blocks.pop(key, None)
+
     def clear(self) -> None:
         self.blocks.clear()
 

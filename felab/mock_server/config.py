@@ -38,6 +38,10 @@ class Settings:
     context_tokens: int = 131_072
     """Largest prompt plus reply, in tokens."""
     max_body_bytes: int = 8 * 1024 * 1024
+    idle_timeout_s: int = 5
+    """A connection with no request under way is closed after this many seconds (connections.py)."""
+    request_timeout_s: float = 10.0
+    """A request's head, and its body, must arrive within this many seconds (else closed, or 408)."""
     default_max_tokens: int = 16
     """Reply length when a request sets neither max_tokens nor max_completion_tokens."""
     replicas: int = 1
@@ -54,6 +58,8 @@ class Settings:
             raise ValueError("rates must be above 0 and the overhead 0 or more")
         if self.cache_blocks < 0 or self.block_tokens < 1 or self.replicas < 1:
             raise ValueError("cache size must be 0 or more, block size and replicas 1 or more")
+        if self.idle_timeout_s <= 0 or self.request_timeout_s <= 0:
+            raise ValueError("timeouts must be above 0")
         if self.route not in ROUTES:
             raise ValueError(f"route must be one of {', '.join(ROUTES)}, not {self.route!r}")
 

@@ -131,6 +131,22 @@ def port_in_use(host: str, port: int) -> str:
     show_default=True,
     help="which failures --fail-rate injects, comma-separated: 429, 503, 500, cut (a stream cut mid-way)",
 )
+@click.option(
+    "--idle-timeout",
+    "idle_timeout_s",
+    default=D.idle_timeout_s,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="seconds before a connection with no request under way is closed",
+)
+@click.option(
+    "--request-timeout",
+    "request_timeout_s",
+    default=D.request_timeout_s,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="seconds a request's headers, then its body, may take to arrive (a late body gets 408)",
+)
 @click.option("--seed", default=D.seed, show_default=True, help="seed for random routing and failure draws")
 def main(host: str, port: int, fail_types: str, cache_ttl: float | None, **flags: Any) -> None:
     """The practice server: an OpenAI-compatible server with a prefix cache, offline.
@@ -147,6 +163,7 @@ def main(host: str, port: int, fail_types: str, cache_ttl: float | None, **flags
     import uvicorn
 
     from felab.mock_server.app import create_app
+    from felab.mock_server.connections import uvicorn_config
 
     if not port_is_free(host, port):
         raise click.ClickException(port_in_use(host, port))
@@ -162,7 +179,7 @@ def main(host: str, port: int, fail_types: str, cache_ttl: float | None, **flags
         f"practice server listening on http://{host}:{port}/v1 · {describe(settings)} · Ctrl+C stops it",
         flush=True,
     )
-    config = uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning", access_log=False)
+    config = uvicorn_config(create_app(settings), host, port, settings)  # with connections.py's limits
     logging.getLogger("uvicorn.error").addFilter(HideStreamCuts())  # after Config has set up logging
     uvicorn.Server(config).run()
 

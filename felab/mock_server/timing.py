@@ -18,6 +18,8 @@ first-token time is known when it arrives, so the server sleeps until exact
 deadlines and the prediction is what the client sees. When a client hangs up,
 its booking gives back the time it had not used, and the prefills queued
 behind it move up (`PrefillLane.cancel`), as a real engine aborts the request.
+Only the part of its work that prompts booked after it count on is kept (they
+found its blocks in the cache: see `PracticeModel.cancel` in booking.py).
 Nothing here reads a clock: every method is told the time, so the same code
 runs live (the event loop's clock) and in a replay (a virtual clock).
 """
@@ -80,18 +82,24 @@ class PrefillLane:
         self.free_at = turn.end
         return turn
 
-    def cancel(self, turn: Prefill, now: float) -> list[Prefill]:
-        """The client hung up at `now`: keep the lane time `turn` used, give back the rest.
+    def cancel(self, turn: Prefill, now: float, keep_s: float = 0.0) -> list[Prefill]:
+        """The client hung up at `now`: keep the lane time `turn` used (and `keep_s` of it, if
+        later prompts need that much of its work), give back the rest.
 
         Returns the prefills that moved up (their `start` changed), so their waiters can be woken.
         """
         if turn not in self.queue or turn.end <= now:
             return []  # already prefilled: the lane time was spent
         at = self.queue.index(turn)
-        if turn.start < now:  # prefilling now: stop here
-            turn.seconds, base, after = now - turn.start, now, at + 1
-        else:  # still waiting: it never uses the lane
+        used = max(0.0, now - turn.start)
+        kept = min(turn.seconds, max(used, keep_s))
+        if kept >= turn.seconds:
+            return []  # every second of it is still needed
+        if kept > 0:  # prefilling now, or work later prompts rely on: that much stays
+            turn.seconds, base, after = kept, turn.start + kept, at + 1
+        else:  # still waiting, and nobody needs its work: it never uses the lane
             del self.queue[at]
+            turn.seconds = 0.0
             base, after = (self.queue[at - 1].end if at else now), at
         moved = []
         for later in list(self.queue)[after:]:

@@ -1,0 +1,79 @@
+"""How long a connection may keep the practice server waiting: idle, or sending its request slowly.
+
+A server that waits forever for a client can be held by one that never finishes
+(a crashed script, a stuck proxy, or slowloris on purpose). Three limits:
+
+    idle       a connection with no request under way is closed after --idle-timeout
+               seconds: between two requests (uvicorn's `timeout_keep_alive`) and, here,
+               also a new connection that has sent nothing yet
+    head       a request's line and headers must all arrive within --request-timeout
+               seconds of its first byte, or the connection is closed (uvicorn re-arms
+               nothing while bytes trickle in, one a second)
+    body       the body has the same deadline, counted from arrival, and gets a 408 in
+               OpenAI's envelope (intake.py)
+
+uvicorn's httptools protocol is used as is, with two timers added; its own keep-alive
+timer and handler close the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from felab.mock_server.config import Settings
+
+
+class TimelyHttp(HttpToolsProtocol):
+    """uvicorn's HTTP protocol, with a deadline for a new connection's first byte and for each head."""
+
+    head_timeout_s = 10.0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        # (uvicorn's own signature narrows asyncio.Protocol's in the same way)
+        super().connection_made(transport)
+        self.head_timer: asyncio.TimerHandle | None = None
+        # Idle from the start: uvicorn arms this only after a first reply. Any byte cancels it.
+        self.timeout_keep_alive_task = self.loop.call_later(
+            self.timeout_keep_alive, self.timeout_keep_alive_handler
+        )
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.head_timer = self.loop.call_later(self.head_timeout_s, self.timeout_keep_alive_handler)
+
+    def on_headers_complete(self) -> None:
+        self._stop_head_timer()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        super().connection_lost(exc)
+
+    def _stop_head_timer(self) -> None:
+        timer = getattr(self, "head_timer", None)
+        if timer is not None:
+            timer.cancel()
+            self.head_timer = None
+
+
+def timely_http(head_timeout_s: float) -> type[TimelyHttp]:
+    """The protocol class for uvicorn's `http=` setting, with this head deadline."""
+    attrs: dict[str, Any] = {"head_timeout_s": head_timeout_s}
+    return type("TimelyHttp", (TimelyHttp,), attrs)
+
+
+def uvicorn_config(app: Any, host: str, port: int, settings: Settings) -> uvicorn.Config:
+    """How uvicorn serves the practice server: quiet, and with the limits above."""
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        http=timely_http(settings.request_timeout_s),
+        timeout_keep_alive=settings.idle_timeout_s,
+    )
