@@ -91,10 +91,10 @@ def has_text(delta: Any) -> bool:
     return bool(delta.content or reasoning)
 
 
-def _target(cli: openai.OpenAI) -> Target:
-    if isinstance(cli, TargetClient):
-        return cli.target
-    return Target("server", str(cli.base_url), "", "", False, "the server")
+def _target(api: openai.OpenAI) -> Target:
+    if isinstance(api, TargetClient):
+        return api.target
+    return Target("server", str(api.base_url), "", "", False, "the server")
 
 
 def cut_off(exc: openai.OpenAIError, target: Target, tokens: int) -> FelabError:
@@ -119,7 +119,7 @@ def no_text(target: Target, model: str) -> FelabError:
 
 
 def stream_once(
-    cli: openai.OpenAI, model: str, messages: list[dict], max_tokens: int = 48, **extra: Any
+    api: openai.OpenAI, model: str, messages: list[dict], max_tokens: int = 48, **extra: Any
 ) -> CallResult:
     """Stream one chat completion and measure it.
 
@@ -133,7 +133,7 @@ def stream_once(
     chunks = 0
     # The SDK loads this lazily: keep that out of the clock. (Typed Any: its create() overloads
     # cannot be told apart with **extra.)
-    completions: Any = cli.chat.completions
+    completions: Any = api.chat.completions
     stream = None
     t0 = time.perf_counter()
     try:
@@ -153,10 +153,10 @@ def stream_once(
             timings = getattr(chunk, "timings", None) or timings
     except openai.OpenAIError as exc:
         if stream is not None:  # the reply had started: the stream was cut off mid-way
-            raise cut_off(exc, _target(cli), chunks) from exc
-        raise explain(exc, _target(cli)) from exc
+            raise cut_off(exc, _target(api), chunks) from exc
+        raise explain(exc, _target(api)) from exc
     if ttft is None or last is None:  # no text at all: there is no first token to time
-        raise no_text(_target(cli), model)
+        raise no_text(_target(api), model)
     got = read_usage(usage, timings)
     return CallResult(
         ttft_ms=ttft * 1000,
@@ -168,12 +168,12 @@ def stream_once(
 
 
 def usage_once(
-    cli: openai.OpenAI, model: str, messages: list[dict], max_tokens: int = 8, **extra: Any
+    api: openai.OpenAI, model: str, messages: list[dict], max_tokens: int = 8, **extra: Any
 ) -> Usage:
     """One non-streamed call, for the token counts the server reports in `usage`."""
     try:
-        completions: Any = cli.chat.completions  # as in stream_once
+        completions: Any = api.chat.completions  # as in stream_once
         reply = completions.create(model=model, messages=messages, max_tokens=max_tokens, **extra)
     except openai.OpenAIError as exc:
-        raise explain(exc, _target(cli)) from exc
+        raise explain(exc, _target(api)) from exc
     return read_usage(reply.usage, getattr(reply, "timings", None))

@@ -18,13 +18,13 @@ from felab.targets import Target
 
 def report_usage(
     target: Target,
-    cli: openai.OpenAI,
+    api: openai.OpenAI,
     messages: list[dict],
     extra: dict[str, Any],
     price: Price | None = None,
 ) -> Usage:
     """Make one non-streamed call and print its usage line, then its cost line where a price is known."""
-    usage = usage_once(cli, target.model, messages, max_tokens=8, **extra)
+    usage = usage_once(api, target.model, messages, max_tokens=8, **extra)
     print(f"\nusage: prompt_tokens={usage.prompt_tokens}  cached_tokens={usage.cached_tokens}")
     if not usage.cached_tokens:
         print(

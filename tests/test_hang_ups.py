@@ -175,14 +175,14 @@ def long_prompt(i: int) -> str:
 
 def hang_up(url: str, i: int, stream: bool, after_s: float = CLOSE_AFTER_S) -> None:
     """Send a long prompt and close the connection after `after_s` (the SDK's own timeout)."""
-    cli = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=after_s)
+    api = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=after_s)
     messages = [{"role": "user", "content": long_prompt(i)}]
     try:
         if stream:
-            for _ in cli.chat.completions.create(model="felab-practice", messages=messages, stream=True):
+            for _ in api.chat.completions.create(model="felab-practice", messages=messages, stream=True):
                 pass
         else:
-            cli.chat.completions.create(model="felab-practice", messages=messages)
+            api.chat.completions.create(model="felab-practice", messages=messages)
     except openai.APITimeoutError:
         return
     raise AssertionError("the reply came before the client hung up: the test shows nothing")
@@ -190,17 +190,17 @@ def hang_up(url: str, i: int, stream: bool, after_s: float = CLOSE_AFTER_S) -> N
 
 def tiny_wait(url: str, stream: bool) -> float:
     """Seconds until a tiny request's first token (streamed) or whole reply (not)."""
-    cli = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=60)
+    api = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=60)
     messages = [{"role": "user", "content": "hi"}]
     t0 = time.perf_counter()
     if stream:
-        for chunk in cli.chat.completions.create(
+        for chunk in api.chat.completions.create(
             model="felab-practice", messages=messages, max_tokens=1, stream=True
         ):
             if chunk.choices and chunk.choices[0].delta.content:
                 break
     else:
-        cli.chat.completions.create(model="felab-practice", messages=messages, max_tokens=1)
+        api.chat.completions.create(model="felab-practice", messages=messages, max_tokens=1)
     return time.perf_counter() - t0
 
 

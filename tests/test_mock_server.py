@@ -36,9 +36,9 @@ def test_models_and_health(mock_url: str) -> None:
 
 
 def test_streamed_reply_carries_usage_with_cached_tokens(fresh_mock: str) -> None:
-    cli = client(fresh_mock)
-    first = stream_once(cli, MODEL, ask("one?"), max_tokens=5)
-    second = stream_once(cli, MODEL, ask("two, a different question?"), max_tokens=5)
+    api = client(fresh_mock)
+    first = stream_once(api, MODEL, ask("one?"), max_tokens=5)
+    second = stream_once(api, MODEL, ask("two, a different question?"), max_tokens=5)
     assert first.output_tokens == 5 and len(first.itl_ms) == 4
     assert first.cached_tokens == 0
     assert first.prompt_tokens > 2700
@@ -56,18 +56,18 @@ def test_non_streamed_reply_has_usage(fresh_mock: str) -> None:
 
 
 def test_admin_reset_empties_the_cache(fresh_mock: str) -> None:
-    cli = client(fresh_mock)
-    usage_once(cli, MODEL, ask("warm it"), max_tokens=1)
+    api = client(fresh_mock)
+    usage_once(api, MODEL, ask("warm it"), max_tokens=1)
     cleared = httpx.post(f"{root(fresh_mock)}/admin/reset").json()["cleared_blocks"]
     assert cleared > 40
-    assert usage_once(cli, MODEL, ask("warm it"), max_tokens=1).cached_tokens == 0
+    assert usage_once(api, MODEL, ask("warm it"), max_tokens=1).cached_tokens == 0
 
 
 def test_a_cached_prompt_answers_much_sooner(fresh_mock: str) -> None:
     # Wide margin on purpose (noisy 2-core machine): cold is ~1.1 s, warm ~35 ms.
-    cli = client(fresh_mock)
-    cold = stream_once(cli, MODEL, ask("first"), max_tokens=2).ttft_ms
-    warm = stream_once(cli, MODEL, ask("second"), max_tokens=2).ttft_ms
+    api = client(fresh_mock)
+    cold = stream_once(api, MODEL, ask("first"), max_tokens=2).ttft_ms
+    warm = stream_once(api, MODEL, ask("second"), max_tokens=2).ttft_ms
     assert cold > 5 * warm
 
 
@@ -153,9 +153,9 @@ def test_the_server_keeps_serving_after_bad_requests(mock_url: str) -> None:
 
 
 def test_64_simultaneous_streams_all_complete(mock_url: str) -> None:
-    cli = client(mock_url)
+    api = client(mock_url)
     prompt = [{"role": "user", "content": "short question " * 10}]
     with cf.ThreadPoolExecutor(64) as pool:
-        results = list(pool.map(lambda _: stream_once(cli, MODEL, prompt, max_tokens=8), range(64)))
+        results = list(pool.map(lambda _: stream_once(api, MODEL, prompt, max_tokens=8), range(64)))
     assert len(results) == 64
     assert all(r.output_tokens == 8 and r.prompt_tokens for r in results)

@@ -47,13 +47,13 @@ def raw_events(url: str, path: str, body: dict) -> list[dict]:
 
 
 def test_chat_whole_and_streamed_with_the_sdk(url: str) -> None:
-    cli = sdk(url)
+    api = sdk(url)
     messages = [{"role": "system", "content": OPENING}, {"role": "user", "content": "chat?"}]
-    whole = cli.chat.completions.create(model=MODEL, messages=messages, max_tokens=4)
+    whole = api.chat.completions.create(model=MODEL, messages=messages, max_tokens=4)
     assert whole.object == "chat.completion"
     assert whole.choices[0].message.content == "This is the practice"
     assert whole.choices[0].finish_reason == "length"
-    stream = cli.chat.completions.create(
+    stream = api.chat.completions.create(
         model=MODEL, messages=messages, max_tokens=4, stream=True, stream_options={"include_usage": True}
     )
     chunks = list(stream)
@@ -64,26 +64,26 @@ def test_chat_whole_and_streamed_with_the_sdk(url: str) -> None:
 
 
 def test_legacy_completion_whole_with_the_sdk(url: str) -> None:
-    cli = sdk(url)
+    api = sdk(url)
     prompt = OPENING + "Complete this: the sky is"
-    first = cli.completions.create(model=MODEL, prompt=prompt, max_tokens=5)
+    first = api.completions.create(model=MODEL, prompt=prompt, max_tokens=5)
     assert first.object == "text_completion"
     assert first.id.startswith("cmpl-")
     assert first.choices[0].text == "This is the practice server"
     assert first.choices[0].finish_reason == "length"
     assert first.usage.completion_tokens == 5
     assert first.usage.prompt_tokens_details.cached_tokens == 0
-    again = cli.completions.create(model=MODEL, prompt=[prompt], max_tokens=5)  # a list of one string
+    again = api.completions.create(model=MODEL, prompt=[prompt], max_tokens=5)  # a list of one string
     assert again.usage.prompt_tokens == first.usage.prompt_tokens
     assert again.usage.prompt_tokens - 64 < again.usage.prompt_tokens_details.cached_tokens
 
 
 def test_legacy_completion_streamed_with_the_sdk_carries_cached_tokens(url: str) -> None:
-    cli = sdk(url)
+    api = sdk(url)
     prompt = OPENING + "Complete this: the sea is"
-    cli.completions.create(model=MODEL, prompt=prompt, max_tokens=1)  # warms the cache
+    api.completions.create(model=MODEL, prompt=prompt, max_tokens=1)  # warms the cache
     chunks = list(
-        cli.completions.create(
+        api.completions.create(
             model=MODEL, prompt=prompt, max_tokens=6, stream=True, stream_options={"include_usage": True}
         )
     )
@@ -107,12 +107,12 @@ def test_a_batch_of_prompts_is_refused_and_token_ids_too(url: str) -> None:
 
 
 def test_stop_strings_end_the_reply_where_they_begin(url: str) -> None:
-    cli = sdk(url)
-    whole = cli.completions.create(model=MODEL, prompt="x", max_tokens=9, stop=[" practice", "zz"])
+    api = sdk(url)
+    whole = api.completions.create(model=MODEL, prompt="x", max_tokens=9, stop=[" practice", "zz"])
     assert whole.choices[0].text == "This is the"
     assert whole.choices[0].finish_reason == "stop"
     assert whole.usage.completion_tokens == 4  # the token the stop string begins in was generated
-    chat = cli.chat.completions.create(
+    chat = api.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=9, stop="ract"
     )
     assert chat.choices[0].message.content == "This is the p"
@@ -255,7 +255,7 @@ def test_a_value_the_server_cannot_honour_is_a_400_not_ignored(
 
 
 def test_every_documented_value_in_range_is_accepted(url: str) -> None:
-    cli = sdk(url)
+    api = sdk(url)
     sampling = {
         "temperature": 0,
         "top_p": 1,
@@ -267,7 +267,7 @@ def test_every_documented_value_in_range_is_accepted(url: str) -> None:
         "logit_bias": {"50256": -100},
         "user": "someone",
     }
-    chat = cli.chat.completions.create(
+    chat = api.chat.completions.create(
         model=MODEL,
         messages=[{"role": "user", "content": "x"}],
         max_completion_tokens=2,
@@ -276,7 +276,7 @@ def test_every_documented_value_in_range_is_accepted(url: str) -> None:
         **sampling,
     )
     assert chat.choices[0].message.content == "This is"
-    done = cli.completions.create(
+    done = api.completions.create(
         model=MODEL,
         prompt="x",
         max_tokens=2,
@@ -353,18 +353,18 @@ TYPES = {
 }
 
 
-def one_call(cli: openai.OpenAI, kind: str, user: str, turn: int) -> tuple[str, openai.types.CompletionUsage]:
+def one_call(api: openai.OpenAI, kind: str, user: str, turn: int) -> tuple[str, openai.types.CompletionUsage]:
     """One request through the SDK; (the replica that served it, the usage the client saw)."""
     question = f"{user} asks question {turn}"
     stream = turn % 2 == 0
     extra = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
     if kind == "chat":
         messages = [{"role": "system", "content": OPENING}, {"role": "user", "content": question}]
-        raw = cli.chat.completions.with_raw_response.create(
+        raw = api.chat.completions.with_raw_response.create(
             model=MODEL, messages=messages, max_tokens=3, user=user, **extra
         )
     else:
-        raw = cli.completions.with_raw_response.create(
+        raw = api.completions.with_raw_response.create(
             model=MODEL, prompt=OPENING + question, max_tokens=3, user=user, **extra
         )
     reply = raw.parse()
@@ -375,10 +375,10 @@ def one_call(cli: openai.OpenAI, kind: str, user: str, turn: int) -> tuple[str, 
 def test_metrics_parsed_by_prometheus_client_equal_the_usage_the_client_saw() -> None:
     seen: dict[str, Counter] = defaultdict(Counter)
     with practice_server("--replicas", "3", "--route", "affinity", "--prefill-tps", "50000") as base:
-        cli = sdk(base)
+        api = sdk(base)
         for turn in range(4):
             for user in ("ann", "bob", "cat", "hal", "ivy"):  # rendezvous: replicas 1, 0, 0, 2, 2
-                replica, usage = one_call(cli, "chat" if turn < 2 else "completion", user, turn)
+                replica, usage = one_call(api, "chat" if turn < 2 else "completion", user, turn)
                 seen[replica].update(
                     prompt=usage.prompt_tokens,
                     cached=usage.prompt_tokens_details.cached_tokens,

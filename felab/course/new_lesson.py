@@ -77,11 +77,11 @@ def main() -> None:
 
     target = resolve(args)
     banner(target)
-    cli = client(target)
+    api = client(target)
 
     ttft = []
     for i, question in enumerate(QUESTIONS[:2] if args.quick else QUESTIONS, start=1):
-        r = stream_once(cli, target.model, [{{"role": "user", "content": question}}], max_tokens=16)
+        r = stream_once(api, target.model, [{{"role": "user", "content": question}}], max_tokens=16)
         ttft.append(r.ttft_ms)
         print(f"  call {{i}}  TTFT {{r.ttft_ms:7.1f}} ms")
 

@@ -190,11 +190,11 @@ async def many_streams(url: str, streams: int, tokens: int) -> int:
 
 def openai_overhead_ms(url: str, n: int = 15) -> float:
     """Median TTFT through the openai client minus median TTFT of the lean client, same requests."""
-    cli = client(Target("mock", url, MODEL, NO_KEY, False, "make mock"))
+    api = client(Target("mock", url, MODEL, NO_KEY, False, "make mock"))
     lean, sdk = [], []
     for _ in range(n):
         lean.append(asyncio.run(lean_stream(url, body(100)))[0])
-        sdk.append(stream_once(cli, MODEL, json.loads(body(100))["messages"], max_tokens=4).ttft_ms)
+        sdk.append(stream_once(api, MODEL, json.loads(body(100))["messages"], max_tokens=4).ttft_ms)
     return statistics.median(sdk) - statistics.median(lean)
 
 

@@ -29,7 +29,7 @@ def free_port() -> int:
 
 def wait_until_serving(base_url: str, proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
     """Poll `GET /v1/models` until the server answers, or fail with what it printed."""
-    cli = openai.OpenAI(base_url=base_url, api_key="not-needed", max_retries=0, timeout=2.0)
+    api = openai.OpenAI(base_url=base_url, api_key="not-needed", max_retries=0, timeout=2.0)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -39,7 +39,7 @@ def wait_until_serving(base_url: str, proc: subprocess.Popen, timeout_s: float =
                 f"`{from_here('.venv/bin/python')} -m felab.mock_server`."
             )
         try:
-            cli.models.list()
+            api.models.list()
             return
         except openai.APIConnectionError:
             time.sleep(0.05)

@@ -45,12 +45,12 @@ class Sender:
 
     def __init__(self, target: Target, block: int, max_tokens: int | None) -> None:
         self.target, self.block, self.max_tokens = target, block, max_tokens
-        self.cli = client(target)
+        self.api = client(target)
         self.tally, self.lag_s, self.lock = Tally(), array("d"), threading.Lock()
         # One-time work, done before the first request is due: the chat template's parts, and
         # the SDK's chat resource (it loads lazily, on first use).
         template()
-        _ = self.cli.chat.completions
+        _ = self.api.chat.completions
 
     def send(self, request: TraceRequest, due: float, at_s: float) -> None:
         """One request (`due`: when it should leave, perf_counter; `at_s`: its arrival in the replay)."""
@@ -60,7 +60,7 @@ class Sender:
         sent = time.perf_counter()
         try:  # a worker must never lose a request silently: every failure is counted
             got = stream_once(
-                self.cli, self.target.model, messages, min(reply, self.max_tokens or reply), **extra
+                self.api, self.target.model, messages, min(reply, self.max_tokens or reply), **extra
             )
         except Exception as exc:  # noqa: BLE001  (FelabError explains; anything else is named)
             message = exc.message if isinstance(exc, FelabError) else f"{type(exc).__name__}: {exc}"

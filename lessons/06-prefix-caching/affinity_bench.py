@@ -51,7 +51,7 @@ REPLY = "I checked the ticket history and the policy. Here is what I would do ne
 OPENING_TOKENS = len(PREAMBLE) // 4  # estimate (characters / 4); what a session sent after it is its history
 
 
-def session(cli, model: str, name: str, turns: int, user: bool, pause_before_last: float = 0.0) -> list[dict]:
+def session(api, model: str, name: str, turns: int, user: bool, pause_before_last: float = 0.0) -> list[dict]:
     """One agent session: the opening, then turns that each add a question, a tool result and a reply."""
     history = [{"role": "system", "content": PREAMBLE}]
     calls, sent_before = [], 0
@@ -61,7 +61,7 @@ def session(cli, model: str, name: str, turns: int, user: bool, pause_before_las
         question = QUESTIONS[t % len(QUESTIONS)]
         history.append({"role": "user", "content": f"[{name}] {question}\n{TOOL_OUTPUT.format(s=name, t=t)}"})
         extra = {"user": name} if user else {}
-        r = stream_once(cli, model, history, max_tokens=8, **extra)
+        r = stream_once(api, model, history, max_tokens=8, **extra)
         # sent_before: the previous turn's prompt. This prompt starts with all of it.
         calls.append(
             {
@@ -79,10 +79,10 @@ def session(cli, model: str, name: str, turns: int, user: bool, pause_before_las
 
 def run_sessions(target, label: str, sessions: int, turns: int, user: bool, pause: float = 0.0) -> list[dict]:
     """All sessions at once, one thread each; every call's figures."""
-    cli = client(target)
+    api = client(target)
     names = [f"{label}-{s}" for s in range(sessions)]
     with cf.ThreadPoolExecutor(sessions) as pool:
-        done = pool.map(lambda n: session(cli, target.model, n, turns, user, pause), names)
+        done = pool.map(lambda n: session(api, target.model, n, turns, user, pause), names)
         return [call for calls in done for call in calls]
 
 

@@ -112,14 +112,14 @@ def main() -> None:
 
     target = resolve(args)
     banner(target)
-    cli = client(target)
+    api = client(target)
     extra = {"user": SESSION} if target.is_paid else {}
     questions = QUESTIONS[:3] if args.quick else QUESTIONS
     print(f"opening ≈ {len(PREAMBLE) // 4:,} tokens (characters / 4) · order = {args.order}\n")
 
     calls = []
     for i, question in enumerate(questions, start=1):
-        r = stream_once(cli, target.model, messages(question, args.order), max_tokens=48, **extra)
+        r = stream_once(api, target.model, messages(question, args.order), max_tokens=48, **extra)
         calls.append(
             {
                 "ttft_ms": round(r.ttft_ms, 1),
@@ -161,7 +161,7 @@ def main() -> None:
 
     if args.usage:
         question = messages("One more question: what is our refund limit?", args.order)
-        usage = report_usage(target, cli, question, extra, price_for(target, args))
+        usage = report_usage(target, api, question, extra, price_for(target, args))
         record(
             "06-prefix-usage",
             {
