@@ -21,5 +21,6 @@ Read it in this order; each file holds one idea:
     fidelity.py  make bench: measured TTFT against the model's prediction
 
 Nothing here imports the learner's library (felab/*.py at the top) or the openai SDK,
-except launch.py, which waits for the server with the SDK.
+except launch.py, which waits for the server with the SDK, and fidelity.py, which measures
+what the SDK adds (a test in tests/test_docs.py keeps it so).
 """
