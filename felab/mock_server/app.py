@@ -62,8 +62,9 @@ class ServerState:
     settings: Settings
     model: PracticeModel
     faults: Faults
-    moved: dict[int, asyncio.Event] = field(default_factory=dict)
-    """Per replica: set when prompts queued in its lane moved up (a request ahead was cancelled)."""
+    waiting: dict[int, set[asyncio.Future[None]]] = field(default_factory=dict)
+    """Per replica: the wake-ups of requests waiting for their first token, so that a cancel
+    ahead of them in the lane can wake them early (their booked time moved up)."""
 
     @classmethod
     def fresh(cls, s: Settings) -> ServerState:
@@ -73,9 +74,8 @@ class ServerState:
     def cancel(self, booking: Booking, now: float) -> None:
         """A client hung up: the model gives back its lane time; wake whoever moved up."""
         if self.model.cancel(booking, now):
-            event = self.moved.pop(booking.replica.index, None)
-            if event:
-                event.set()
+            for wake in self.waiting.get(booking.replica.index, ()):
+                wake_up(wake)
 
 
 # ── Waiting for the booked times ─────────────────────────────────────────────
@@ -101,13 +101,26 @@ async def sleep_until(deadline: float, precise: bool = False) -> None:
         await asyncio.sleep(0)
 
 
+def wake_up(wake: asyncio.Future[None]) -> None:
+    if not wake.done():
+        wake.set_result(None)
+
+
 async def until_first_token(state: ServerState, booking: Booking) -> None:
     """Wait for the booked first token; if a request ahead is cancelled, the time moves up."""
     loop = asyncio.get_running_loop()
+    waiting = state.waiting.setdefault(booking.replica.index, set())
     while (delay := booking.first_token_at - loop.time() - PRECISE_S) > 0:
-        moved = state.moved.setdefault(booking.replica.index, asyncio.Event())
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(moved.wait(), delay)
+        # What asyncio.sleep does (a future and a timer), with the future where a cancel can
+        # reach it: no task per request, which a burst of 64 arrivals would feel.
+        wake: asyncio.Future[None] = loop.create_future()
+        timer = loop.call_later(delay, wake_up, wake)
+        waiting.add(wake)
+        try:
+            await wake
+        finally:
+            timer.cancel()
+            waiting.discard(wake)
     await sleep_until(booking.first_token_at, precise=True)
 
 
