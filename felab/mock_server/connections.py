@@ -30,7 +30,7 @@ from felab.mock_server.config import Settings
 class TimelyHttp(HttpToolsProtocol):
     """uvicorn's HTTP protocol, with a deadline for a new connection's first byte and for each head."""
 
-    head_timeout_s = 10.0
+    head_timeout_s: float  # set per server by timely_http(), from Settings.request_timeout_s
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         # (uvicorn's own signature narrows asyncio.Protocol's in the same way)
