@@ -26,7 +26,7 @@ ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 EXTERNAL = {
     "source",
     "curl",
-    "pkill",
+    "kill",  # by the pid a message names; never pkill (it stops every server of that name)
     "export",
     "ollama",
     "vllm",
