@@ -93,3 +93,43 @@ def test_reset_forgets_every_block_of_every_replica() -> None:
         model.book(prompt([t, t + 10]), 1, 0.0, 0.0)
     assert model.reset_caches() == 6
     assert model.book(prompt([0, 10]), 1, 1.0, 1.0).cached_tokens == 0
+
+
+def test_a_hang_up_counts_only_what_was_served() -> None:
+    model = PracticeModel(Settings())
+    early = model.book(prompt(list(range(40))), 500, arrival=0.0, now=0.0)
+    model.cancel(early, now=0.001)  # gone before its first token
+    stats = early.replica.stats
+    assert (stats.requests, stats.ttft_count, stats.generation_tokens) == (1, 0, 0)
+    later = model.book(prompt([7]), 100, arrival=1.0, now=1.0)
+    model.cancel(later, now=later.first_token_at + 9.5 / 400)  # tokens 0..9 were due
+    assert (stats.ttft_count, stats.generation_tokens) == (1, 10)
+    assert stats.ttft_sum_s == pytest.approx(later.ttft_s)
+
+
+def test_the_prefix_router_quotes_from_arrival_as_the_lane_books() -> None:
+    # Replica 0 is busy until 30.2 ms; replica 1 is idle. A request that arrived at 0 but is
+    # booked at 20 ms (its body was slow) starts at 15 ms on an idle lane: replica 1 is sooner.
+    model = PracticeModel(Settings(replicas=2, route="prefix"))
+    busy = model.fleet.replicas[0]
+    busy.lane.book(0.0, 0.0302, now=0.0)
+    b = model.book(prompt([], extra_tokens=100), 1, arrival=0.0, now=0.020)
+    assert b.replica.index == 1 and b.turn.start == pytest.approx(0.015)
+
+
+def test_a_cancelled_prefill_stops_its_blocks_clock_where_it_stopped() -> None:
+    def half_prefilled(ttl: float) -> PracticeModel:
+        model = PracticeModel(Settings(cache_ttl_s=ttl))
+        ahead = model.book(prompt(list(range(100, 140))), 1, arrival=0.0, now=0.0)  # until ~1.04 s
+        queued = model.book(prompt([1, 2, 3, 4]), 1, arrival=0.0, now=0.0)
+        model.cancel(queued, now=0.5)  # never prefilled: its blocks leave the cache
+        model.cancel(ahead, now=0.52)  # ~half prefilled: that half stays, last used at 0.52 s
+        return model
+
+    model = half_prefilled(ttl=1.0)
+    assert model.book(prompt([1, 2]), 1, arrival=0.6, now=0.6).cached_tokens == 0
+    kept = model.book(prompt(list(range(100, 140))), 1, arrival=1.4, now=1.4).cached_tokens
+    assert kept == (0.505 * 2500) // 64 * 64  # the blocks its 0.505 s of prefill computed
+    # Booked to be used until 1.04 s, but last used at 0.52 s: at 1.6 s they have expired.
+    model = half_prefilled(ttl=1.0)
+    assert model.book(prompt(list(range(100, 140))), 1, arrival=1.6, now=1.6).cached_tokens == 0

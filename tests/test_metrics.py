@@ -100,8 +100,14 @@ class One:
 
 def test_histogram_buckets_are_cumulative_and_gauges_follow_the_lane() -> None:
     r = One()
-    r.stats.admit("a", prompt=100, cached=64, reply=5, turn=Prefill(10.0, 0.02, 10.0), ttft_s=0.03)
-    r.stats.admit("b", prompt=100, cached=0, reply=5, turn=Prefill(10.0, 1.0, 12.0), ttft_s=3.0)
+    r.stats.admit("a", prompt=100, cached=64, turn=Prefill(10.0, 0.02, 10.0))
+    r.stats.admit("b", prompt=100, cached=0, turn=Prefill(10.0, 1.0, 12.0))
+    samples = parse(page_of(r, now=11.0))
+    assert per_replica(samples, "vllm:num_requests_running") == {"0": 1}  # a is prefilling at t=11
+    assert per_replica(samples, "vllm:num_requests_waiting") == {"0": 1}  # b waits for the lane
+    assert per_replica(samples, "vllm:time_to_first_token_seconds_count") == {"0": 0}  # no reply over yet
+    r.stats.served("a", ttft_s=0.03, tokens=5)
+    r.stats.served("b", ttft_s=3.0, tokens=5)
     samples = parse(page_of(r, now=11.0))
     buckets = [
         samples[
@@ -114,12 +120,19 @@ def test_histogram_buckets_are_cumulative_and_gauges_follow_the_lane() -> None:
     ]
     assert buckets == sorted(buckets) and buckets[0] == 0 and buckets[-1] == 2
     assert per_replica(samples, "vllm:time_to_first_token_seconds_sum") == {"0": 3.03}
-    assert per_replica(samples, "vllm:num_requests_running") == {"0": 1}  # a is prefilling at t=11
-    assert per_replica(samples, "vllm:num_requests_waiting") == {"0": 1}  # b waits for the lane
-    r.stats.in_flight.clear()  # both replies over
-    samples = parse(page_of(r, now=11.0))
     assert per_replica(samples, "vllm:num_requests_running") == {"0": 0}
     assert per_replica(samples, "vllm:prefix_cache_hits_total") == {"0": 64}
+    assert per_replica(samples, "vllm:generation_tokens_total") == {"0": 10}
+
+
+def test_a_reply_cut_short_counts_what_it_sent_and_no_first_token_counts_no_ttft() -> None:
+    r = One()
+    r.stats.admit("gone-early", prompt=100, cached=0, turn=Prefill(0.0, 1.0, 0.0))
+    r.stats.served("gone-early", ttft_s=None, tokens=0)  # hung up before its first token
+    samples = parse(page_of(r, now=2.0))
+    assert per_replica(samples, "vllm:time_to_first_token_seconds_count") == {"0": 0}
+    assert per_replica(samples, "vllm:generation_tokens_total") == {"0": 0}
+    assert per_replica(samples, "vllm:prompt_tokens_total") == {"0": 100}  # it was admitted
 
 
 def test_read_page_sums_each_sample_over_its_labels_on_a_page_written_as_vllm_writes_it() -> None:

@@ -149,12 +149,11 @@ async def stream_events(state: ServerState, booking: Booking, reply: Reply) -> A
             yield reply.token(booking, i)
         if reply.include_usage:  # the usage comes last, with no choices
             yield reply.usage(booking)
-        yield DONE
+        state.model.finish(booking)  # every token sent: counted before [DONE] reaches the client
         done = True
-    finally:  # also when the client goes away mid-reply
-        if done:
-            state.model.finish(booking)
-        else:
+        yield DONE
+    finally:  # also when the client goes away mid-reply: count only what it got
+        if not done:
             state.cancel(booking, asyncio.get_running_loop().time())
 
 

@@ -71,6 +71,12 @@ class Booking:
         """Time spent waiting for the prefill lane (behind other prompts), after the overhead."""
         return self.turn.start - self.turn.ready_at
 
+    def tokens_due(self, now: float) -> int:
+        """How many reply tokens were due by `now` (what a client that left then had received)."""
+        if now < self.first_token_at:
+            return 0
+        return min(self.reply_tokens, int((now - self.first_token_at) / self.interval_s) + 1)
+
     def token_at(self, i: int) -> float:
         """When reply token i (0-based) is due."""
         return self.turn.end + i * self.interval_s
@@ -108,9 +114,9 @@ class PracticeModel:
 
     def book(self, prompt: Prompt, reply_tokens: int, arrival: float, now: float) -> Booking:
         """Route, look up, queue, insert and count one request that arrived at `arrival`."""
-        replica = self.fleet.pick(prompt.tokens, prompt.keys, prompt.session, now)
+        ready = arrival + self.timing.overhead_ms / 1000  # its prefill may start then, not before
+        replica = self.fleet.pick(prompt.tokens, prompt.keys, prompt.session, now, ready)
         uncached = replica.cache.uncached_tokens(prompt.tokens, prompt.keys, now)
-        ready = arrival + self.timing.overhead_ms / 1000
         turn = replica.lane.book(ready, self.timing.prefill_s(uncached), now)
         replica.cache.insert(prompt.keys, used_at=turn.end)
         booking = Booking(
@@ -126,14 +132,14 @@ class PracticeModel:
             (prompt.tokens - uncached) // replica.cache.block_tokens,
         )
         self.live[booking.rid] = booking
-        replica.stats.admit(
-            booking.rid, prompt.tokens, booking.cached_tokens, reply_tokens, turn, booking.ttft_s
-        )
+        replica.stats.admit(booking.rid, prompt.tokens, booking.cached_tokens, turn)
         return booking
 
-    def finish(self, booking: Booking) -> None:
-        """The reply is over (sent, or its client gone): the request no longer runs."""
-        booking.replica.stats.in_flight.pop(booking.rid, None)
+    def finish(self, booking: Booking, now: float | None = None) -> None:
+        """The reply is over: sent whole (`now` None), or its client gone at `now`. Counts what
+        was really served: the tokens due by then, and the TTFT only if the first token came."""
+        sent = booking.reply_tokens if now is None else booking.tokens_due(now)
+        booking.replica.stats.served(booking.rid, booking.ttft_s if sent else None, sent)
         self.live.pop(booking.rid, None)
 
     def cancel(self, booking: Booking, now: float) -> bool:
@@ -146,7 +152,7 @@ class PracticeModel:
         never computed leave the cache: a later prompt must prefill them.
         True if prompts queued behind it moved up (their waiters should look again).
         """
-        self.finish(booking)
+        self.finish(booking, now)
         replica, turn = booking.replica, booking.turn
         if turn.end <= now:
             return False  # its prefill was over: the lane time was spent, its blocks computed
@@ -154,9 +160,14 @@ class PracticeModel:
         later = (b for b in self.live.values() if b.replica is replica and int(b.rid) > int(booking.rid))
         relied = max((_shared(b, booking) for b in later), default=0)
         needed = max(0, relied - booking.found_blocks) * block
+        booked_end = turn.end  # when insert() said its blocks were last used
         moved = replica.lane.cancel(turn, now, keep_s=self.timing.prefill_s(needed))
         computed = int(round(turn.seconds * self.timing.prefill_tokens_per_s)) // block
-        replica.cache.forget(booking.keys[booking.found_blocks + computed :])
+        kept = booking.found_blocks + computed
+        replica.cache.forget(booking.keys[kept:])
+        # Its kept blocks were last used when its (shortened) prefill stopped, not at the old end:
+        # the time to live counts from then (unless a later prompt has used them since).
+        replica.cache.restamp(booking.keys[:kept], booked_end, max(now, turn.end))
         return bool(moved)
 
     def reset_caches(self) -> int:

@@ -86,6 +86,13 @@ class PrefixCache:
         while self.blocks and next(iter(self.blocks.values())) < oldest_kept:
             self.blocks.popitem(last=False)
 
+    def restamp(self, keys: Sequence[int], was: float, now_used_at: float) -> None:
+        """Move the last use of these blocks from `was` to `now_used_at`, where nothing used them
+        since (an aborted prefill stopped earlier than it was booked to)."""
+        for key in keys:
+            if self.blocks.get(key) == was:
+                self.blocks[key] = now_used_at
+
     def forget(self, keys: Sequence[int]) -> None:
         """Drop these blocks: their prefill was aborted before it computed them."""
         for key in keys:

@@ -70,22 +70,32 @@ class ReplicaStats:
     hits: int = 0
     """Prompt tokens found in the cache (the usage's cached_tokens)."""
     generation_tokens: int = 0
+    """Reply tokens sent (counted when a reply ends: all of them, or those due before a hang-up)."""
     ttft_bucket_counts: list[int] = field(default_factory=lambda: [0] * len(TTFT_BUCKETS_S))
-    """How many scheduled TTFTs were at most each of TTFT_BUCKETS_S (a cumulative histogram)."""
+    """How many first tokens came within each of TTFT_BUCKETS_S (a cumulative histogram); a
+    request whose client hung up before its first token has none, so it is not counted."""
     ttft_sum_s: float = 0.0
+    ttft_count: int = 0
     in_flight: dict[str, Prefill] = field(default_factory=dict)
     """request id -> its turn in the prefill lane; removed when its reply ends."""
 
-    def admit(self, rid: str, prompt: int, cached: int, reply: int, turn: Prefill, ttft_s: float) -> None:
+    def admit(self, rid: str, prompt: int, cached: int, turn: Prefill) -> None:
         """Count one request as the replica takes it (cached: prompt tokens found in the cache)."""
         self.requests += 1
         self.prompt_tokens += prompt
         self.hits += cached
-        self.generation_tokens += reply
+        self.in_flight[rid] = turn
+
+    def served(self, rid: str, ttft_s: float | None, tokens: int) -> None:
+        """Its reply is over: count the tokens it got and, if its first token came, that TTFT."""
+        self.in_flight.pop(rid, None)
+        self.generation_tokens += tokens
+        if ttft_s is None:
+            return
         for i, upper in enumerate(TTFT_BUCKETS_S):
             self.ttft_bucket_counts[i] += ttft_s <= upper
         self.ttft_sum_s += ttft_s
-        self.in_flight[rid] = turn
+        self.ttft_count += 1
 
 
 @dataclass
@@ -126,8 +136,16 @@ class Fleet:
         self.rng = random.Random(f"route/{seed}")
         self.turn = itertools.count()
 
-    def pick(self, prompt_tokens: int, keys: Sequence[int], session: str | None, now: float) -> Replica:
-        """The replica this prompt goes to (`keys`: its block keys)."""
+    def pick(
+        self,
+        prompt_tokens: int,
+        keys: Sequence[int],
+        session: str | None,
+        now: float,
+        ready: float | None = None,
+    ) -> Replica:
+        """The replica this prompt goes to (`keys`: its block keys; `ready`: when its prefill may
+        start, arrival plus overhead, as the booking will ask its lane; default now plus overhead)."""
         n = len(self.replicas)
         if n == 1:
             return self.replicas[0]
@@ -136,11 +154,11 @@ class Fleet:
         if self.route == "affinity" and session:
             return self.replicas[rendezvous(session, n)]
         if self.route == "prefix":
-            ready = now + self.timing.overhead_ms / 1000
+            start = now + self.timing.overhead_ms / 1000 if ready is None else ready
 
             def first_token_at(r: Replica) -> float:  # as its lane would schedule it, booking nothing
                 uncached = prompt_tokens - r.cache.cached_blocks(keys, now) * r.cache.block_tokens
-                return r.lane.quote(ready, self.timing.prefill_s(uncached)).end
+                return r.lane.quote(start, self.timing.prefill_s(uncached)).end
 
             return min(self.replicas, key=lambda r: (first_token_at(r), r.index))
         return self.replicas[self.rng.randrange(n)]  # random, and affinity without a session value

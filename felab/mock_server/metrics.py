@@ -5,11 +5,13 @@ What a learner reads here reads the same on a vLLM server's /metrics:
     vllm:prefix_cache_queries_total    counter    prompt tokens looked up in the prefix cache
     vllm:prefix_cache_hits_total       counter    of those, tokens found there (= usage cached_tokens)
     vllm:prompt_tokens_total           counter    prompt tokens of admitted requests
-    vllm:generation_tokens_total       counter    reply tokens of admitted requests
+    vllm:generation_tokens_total       counter    reply tokens sent (a hung-up reply: those sent before)
     vllm:num_requests_running          gauge      requests in prefill or decoding, now
     vllm:num_requests_waiting          gauge      requests waiting for the prefill lane, now
-    vllm:time_to_first_token_seconds   histogram  the TTFT the timing model scheduled
-                                                  (the same value as the x-felab-predicted-ttft-ms header)
+    vllm:time_to_first_token_seconds   histogram  each first token's time, as the timing model booked
+                                                  it, counted when its reply ends (no first token,
+                                                  no sample; the x-felab-predicted-ttft-ms header is
+                                                  the same value unless a hang-up ahead moved it up)
 
 Every series carries `model_name` (as vLLM's) and `replica` (0..N-1, one per
 replica of `--replicas`). Hit rate over a run = hits / queries; a cache that
@@ -100,7 +102,7 @@ class FleetCollector(Collector):
             ("vllm:prefix_cache_queries", "Prefix cache queries, in tokens.", lambda s: s.prompt_tokens),
             ("vllm:prefix_cache_hits", "Prefix cache hits, in tokens.", lambda s: s.hits),
             ("vllm:prompt_tokens", "Prompt tokens admitted.", lambda s: s.prompt_tokens),
-            ("vllm:generation_tokens", "Reply tokens admitted.", lambda s: s.generation_tokens),
+            ("vllm:generation_tokens", "Reply tokens sent.", lambda s: s.generation_tokens),
         ]
         for name, help_, value in rows:
             family = CounterMetricFamily(name, help_, labels=LABELS)
@@ -124,7 +126,7 @@ class FleetCollector(Collector):
     def ttft(self, replicas: Sequence[HasStats]) -> Metric:
         family = HistogramMetricFamily(
             "vllm:time_to_first_token_seconds",
-            "Time to first token the timing model scheduled, in seconds.",
+            "Time to first token, as the timing model booked it, in seconds.",
             labels=LABELS,
         )
         for r in replicas:
@@ -132,7 +134,7 @@ class FleetCollector(Collector):
             buckets = [
                 (floatToGoString(le), n) for le, n in zip(TTFT_BUCKETS_S, s.ttft_bucket_counts, strict=True)
             ]
-            family.add_metric([self.model, str(r.index)], [*buckets, ("+Inf", s.requests)], s.ttft_sum_s)
+            family.add_metric([self.model, str(r.index)], [*buckets, ("+Inf", s.ttft_count)], s.ttft_sum_s)
         return family
 
 

@@ -47,7 +47,7 @@ class TimingModel:
         return 1.0 / self.decode_tokens_per_s
 
 
-@dataclass
+@dataclass(eq=False)  # each turn is itself: the lane finds and removes it by identity
 class Prefill:
     """One prompt's turn in a lane: it may start at `ready_at` and takes `seconds` once started."""
 
@@ -100,7 +100,7 @@ class PrefillLane:
         else:  # still waiting, and nobody needs its work: it never uses the lane
             del self.queue[at]
             turn.seconds = 0.0
-            base, after = (self.queue[at - 1].end if at else now), at
+            base, after = (max(now, self.queue[at - 1].end) if at else now), at  # never in the past
         moved = []
         for later in list(self.queue)[after:]:
             start = max(later.ready_at, base)
