@@ -32,6 +32,7 @@ _HOME = {
     "Target": "targets",
     "add_target_args": "targets",
     "lesson_parser": "targets",
+    "positive_int": "targets",
     "banner": "connect",
     "client": "connect",
     "resolve": "connect",
@@ -48,6 +49,7 @@ __all__ = [
     "client",
     "lesson_parser",
     "percentile",
+    "positive_int",
     "ratio",
     "read_records",
     "record",
@@ -74,4 +76,4 @@ if TYPE_CHECKING:
     from felab.stats import percentile, ratio
     from felab.streaming import CallResult, Usage, stream_once, usage_once
     from felab.tables import table
-    from felab.targets import TARGETS, Target, add_target_args, lesson_parser
+    from felab.targets import TARGETS, Target, add_target_args, lesson_parser, positive_int

@@ -49,9 +49,13 @@ def record(key: str, row: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     line = redact_all({"ts": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **row})
     data = (json.dumps(line, ensure_ascii=False) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     try:
-        os.write(fd, data)
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data  # the last line was cut short (a full disk, a kill): start a new one
+        while data:  # a write may take only part of it
+            data = data[os.write(fd, data) :]
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -105,6 +105,17 @@ def add_target_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
+def positive_int(text: str) -> int:
+    """An argparse type for counts (`type=positive_int`): a whole number of 1 or more, else a usage error."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
+    return value
+
+
 def lesson_parser(doc: str | None) -> argparse.ArgumentParser:
     """A lesson script's parser: its docstring, as written, for --help, and the target flags."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -63,7 +63,9 @@ except ModuleNotFoundError:
     import pathlib
     import runpy
 
-    runpy.run_path(str(pathlib.Path(__file__).parents[2] / "felab" / "no_kit.py"), run_name="__main__")
+    runpy.run_path(
+        str(pathlib.Path(__file__).resolve().parents[2] / "felab" / "no_kit.py"), run_name="__main__"
+    )
 
 from felab import banner, client, lesson_parser, percentile, record, run, stream_once, table
 

@@ -36,11 +36,24 @@ except ModuleNotFoundError:
     import pathlib
     import runpy
 
-    runpy.run_path(str(pathlib.Path(__file__).parents[2] / "felab" / "no_kit.py"), run_name="__main__")
+    runpy.run_path(
+        str(pathlib.Path(__file__).resolve().parents[2] / "felab" / "no_kit.py"), run_name="__main__"
+    )
 
 from prefix_bench import PREAMBLE, QUESTIONS
 
-from felab import banner, client, lesson_parser, percentile, ratio, record, run, stream_once, table
+from felab import (
+    banner,
+    client,
+    lesson_parser,
+    percentile,
+    positive_int,
+    ratio,
+    record,
+    run,
+    stream_once,
+    table,
+)
 from felab.mock_server.launch import practice_server
 from felab.mock_server.metrics import scrape
 
@@ -135,8 +148,10 @@ def main() -> None:
     parser.add_argument(
         "--replicas", type=int, default=18, help="replicas of the practice server (default: 18)"
     )
-    parser.add_argument("--sessions", type=int, default=8, help="agent sessions at once (default: 8)")
-    parser.add_argument("--turns", type=int, default=6, help="turns per session (default: 6)")
+    parser.add_argument(
+        "--sessions", type=positive_int, default=8, help="agent sessions at once (default: 8)"
+    )
+    parser.add_argument("--turns", type=positive_int, default=6, help="turns per session (default: 6)")
     parser.add_argument("--ttl", type=float, default=2.0, help="expiry mode: cache TTL, seconds (default: 2)")
     parser.add_argument("--quick", action="store_true", help="3 sessions of 3 turns (for make smoke)")
     args = parser.parse_args()
