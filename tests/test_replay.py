@@ -291,3 +291,13 @@ def test_a_fleet_that_cannot_keep_up_is_told_so() -> None:
     assert "this configuration cannot keep up" in slow.stdout
     fast = run_felab("replay", "--limit", "2000", "--prefill-tps", "1000000")
     assert fast.returncode == 0 and "cannot keep up" not in fast.stdout
+
+
+def test_prefill_busy_is_the_busiest_lanes_not_the_fleets_average() -> None:
+    # Two lanes of 10 tokens/s over 10 s; one prefilled 100 uncached tokens, the other none:
+    # that lane was busy all the time (100%), though the fleet on average was half idle.
+    from felab.replay.tally import Tally, busy_pct
+
+    t = Tally(lane_uncached=[100, 0])
+    assert busy_pct(t, uncached=100, capacity_tps=20, span=10) == 100
+    assert busy_pct(Tally(), uncached=100, capacity_tps=20, span=10) == 50  # lanes unseen: the average

@@ -22,7 +22,7 @@ import click
 
 from felab.errors import FelabError
 from felab.mock_server.config import DEFAULTS, Settings
-from felab.paths import from_here, results_dir
+from felab.paths import from_here, learner_folder, results_dir
 from felab.prices import PRICES, Price, price_for
 from felab.replay import agent, report, trace
 from felab.replay.sweep import KNOBS, UNLIMITED, Knob, configurations, default_text
@@ -205,7 +205,7 @@ def replay_command(ctx: click.Context, trace_path: Path | None, limit: int | Non
       python -m felab replay results/agent-trace.jsonl --replicas 18 --route random,affinity
       python -m felab replay --limit 100 --speed 20 --prefill-tps 100000 --target mock
     """
-    path = trace_path or trace.MOONCAKE
+    path = trace.MOONCAKE if trace_path is None else learner_folder() / trace_path  # as typed there
     guard_paid(flags["target"], limit)
     block = flags["block_tokens"] or trace.block_tokens(path, limit)
     base = replace(DEFAULTS, block_tokens=block, seed=flags["seed"])

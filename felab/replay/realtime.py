@@ -58,6 +58,8 @@ class Sender:
         reply = max(1, request.output_tokens)
         extra = {"user": request.session} if request.session else {}
         sent = time.perf_counter()
+        with self.lock:
+            self.lag_s.append(sent - due)  # failed sends too: lateness matters most when overloaded
         try:  # a worker must never lose a request silently: every failure is counted
             got = stream_once(
                 self.api, self.target.model, messages, min(reply, self.max_tokens or reply), **extra
@@ -68,9 +70,9 @@ class Sender:
                 self.tally.fail(at_s, message)
             return
         with self.lock:
-            self.lag_s.append(sent - due)
             cached = got.cached_tokens
-            self.tally.unreported += cached is None
+            # A figure the server did not report is not assumed: the row shows it as unknown.
+            self.tally.unreported += cached is None or got.prompt_tokens is None
             prompt = got.prompt_tokens if got.prompt_tokens is not None else request.input_tokens
             self.tally.add(at_s, prompt, cached or 0, got.ttft_ms / 1000, session=request.session)
 

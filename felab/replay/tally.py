@@ -44,9 +44,12 @@ class Tally:
     same_replica: int = 0
     """Of those, how many reached the replica that served the session's last request."""
     unreported: int = 0
-    """Requests whose server did not report cached tokens (real time only)."""
+    """Requests whose server did not report cached or prompt tokens (real time only): the
+    figures that need them are then shown as unknown, not assumed."""
     send_lag_s: array | None = None
     """How late each request left (real time only: the virtual clock is never late)."""
+    lane_uncached: list[int] | None = None
+    """Uncached prompt tokens each replica prefilled, where the driver sees them (virtual time)."""
 
     def add(
         self,
@@ -91,6 +94,15 @@ def ms(values: array, p: float) -> float | None:
     return None if value is None else value * 1000
 
 
+def busy_pct(t: Tally, uncached: int, capacity_tps: float | None, span: float) -> float | None:
+    """Prefill time over the span, in %: the busiest lane's if known, else the fleet's average."""
+    if not capacity_tps or span <= 0:
+        return None
+    if t.lane_uncached:
+        return 100 * max(t.lane_uncached) / (capacity_tps / len(t.lane_uncached)) / span
+    return 100 * uncached / capacity_tps / span
+
+
 def summary(
     tally: Tally, loads: Sequence[int] | None, price: Price, wall_s: float, capacity_tps: float | None = None
 ) -> dict[str, Any]:
@@ -98,8 +110,9 @@ def summary(
 
     `loads`: requests served by each replica, where the driver can see them.
     `capacity_tps`: prompt tokens the whole fleet can prefill a second, where it is known;
-    `prefill_busy_pct` is the uncached tokens' prefill time over the span, per lane: above
-    100, the fleet cannot keep up and its queues grow for as long as the traffic lasts.
+    `prefill_busy_pct` is the uncached tokens' prefill time over the span, for the busiest
+    lane where each lane's load is known (virtual time), else the fleet's average: above
+    100, that lane cannot keep up and its queue grows for as long as the traffic lasts.
     Costs: input tokens at the list price, and with the cached ones at the cached price.
     """
     t = tally
@@ -111,7 +124,7 @@ def summary(
         "requests": t.requests,
         "failed": t.failed,
         "first_error": t.first_error,
-        "prompt_tokens": t.prompt_tokens,
+        "prompt_tokens": t.prompt_tokens if known else None,
         "cached_tokens": t.cached_tokens if known else None,
         "hit_pct": 100 * t.cached_tokens / t.prompt_tokens if t.prompt_tokens and known else None,
         "ttft_p50_ms": ms(t.ttft_s, 50),
@@ -119,12 +132,12 @@ def summary(
         "ttft_p99_ms": ms(t.ttft_s, 99),
         "queue_p50_ms": ms(t.queue_s, 50),
         "queue_p95_ms": ms(t.queue_s, 95),
-        "prefill_busy_pct": 100 * uncached / capacity_tps / span if capacity_tps and span > 0 else None,
+        "prefill_busy_pct": busy_pct(t, uncached, capacity_tps, span),
         "load_max": max(loads) if loads else None,
         "load_mean": mean_load,
         "load_max_over_mean": max(loads) / mean_load if loads and mean_load else None,
         "same_replica_pct": 100 * t.same_replica / t.followed if t.followed else None,
-        "cost_list_usd": t.prompt_tokens * price.input / 1e6,
+        "cost_list_usd": t.prompt_tokens * price.input / 1e6 if known else None,
         "cost_cached_usd": (uncached * price.input + t.cached_tokens * price.cached) / 1e6 if known else None,
         "send_lag_p99_ms": ms(t.send_lag_s, 99) if t.send_lag_s is not None else None,
         "span_s": span,

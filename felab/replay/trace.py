@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from felab.errors import FelabError
-from felab.paths import KIT_ROOT, results_dir
+from felab.paths import KIT_ROOT, from_here, learner_folder, results_dir
 
 MOONCAKE = KIT_ROOT / "data" / "traces" / "mooncake-conversation.jsonl.xz"
 """The trace the kit ships: one hour of a chat service (Mooncake, Apache-2.0; data/traces/README.md)."""
@@ -57,7 +57,7 @@ class TraceRequest:
 
 def shown(path: Path) -> str:
     """A path as a learner would type it from the folder they are in."""
-    return os.path.relpath(path)
+    return os.path.relpath(path, learner_folder())
 
 
 def open_text(path: Path) -> IO[str]:
@@ -66,8 +66,9 @@ def open_text(path: Path) -> IO[str]:
         raise FelabError(
             f"There is no trace at {path} (paths are taken from the folder you are in). Pass the path "
             f"of a JSON-lines trace in Mooncake's format: the kit ships one, "
-            f"`python -m felab replay {shown(MOONCAKE)}`, and `python -m felab agent-trace` writes "
-            f"one to {shown(results_dir() / 'agent-trace.jsonl')}."
+            f"`{from_here('make replay')} TRACE={shown(MOONCAKE)}`, and "
+            f"`{from_here('.venv/bin/python -m felab agent-trace')}` writes one to "
+            f"{shown(results_dir() / 'agent-trace.jsonl')}."
         )
     if path.suffix == ".xz":
         return lzma.open(path, "rt", encoding="utf-8")

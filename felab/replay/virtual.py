@@ -69,4 +69,5 @@ def replay(
         )
         heapq.heappush(ends, (reply_end(booking), next(order), booking))
     wall = time.perf_counter() - t0
+    tally.lane_uncached = [r.stats.prompt_tokens - r.stats.hits for r in model.fleet.replicas]
     return tally, [r.stats.requests for r in model.fleet.replicas], wall
