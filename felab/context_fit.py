@@ -28,12 +28,11 @@ from typing import Any
 import openai
 
 from felab.paths import from_here
-from felab.targets import Target
+from felab.targets import PORT_VARIABLES, Target, moved_port
 
 REPLY_ROOM = 256
 """Tokens kept free for the reply when a seat size is worked out (lessons ask for 8 to 48)."""
 
-LLAMACPP_PORT = 8080
 LLAMACPP_DEFAULT_REPO = "bartowski/Meta-Llama-3.1-8B-Instruct-GGUF"
 """serve_llamacpp.sh's default download (a test keeps the two the same)."""
 SERVE_LLAMACPP = "bash lessons/02-three-local-servers/serve_llamacpp.sh"
@@ -116,10 +115,14 @@ def too_long(target: Target, over: Overflow, request_chars: int) -> str:
     what = _what(target, over)
     if target.name == "ollama":
         return _ollama(target, what, need)
+    port = moved_port(target.name, target.base_url)
+    on_port = f" --port {port}" if port else ""  # the address this run used, not the usual one
     restart = {
-        "vllm": f"vllm serve {target.model} --max-model-len {size}",
-        "sglang": f"python -m sglang.launch_server --model-path {target.model} --context-length {size}",
-        "mock": f"{from_here('.venv/bin/python')} -m felab.mock_server --context-tokens {size}",
+        "vllm": f"vllm serve {target.model} --max-model-len {size}{on_port}",
+        "sglang": (
+            f"python -m sglang.launch_server --model-path {target.model} --context-length {size}{on_port}"
+        ),
+        "mock": f"{from_here('.venv/bin/python')} -m felab.mock_server --context-tokens {size}{on_port}",
     }.get(target.name)
     if restart is None:
         return (
@@ -166,11 +169,6 @@ def _get_json(url: str) -> Any:
         return None
 
 
-def _port(target: Target) -> int | None:
-    match = re.search(r":(\d+)(?:/|$)", target.base_url)
-    return int(match.group(1)) if match else None
-
-
 # ── llama.cpp: seats ──────────────────────────────────────────────────────────
 
 
@@ -215,9 +213,9 @@ def _llamacpp_start(target: Target, model_path: object) -> str:
     """serve_llamacpp.sh with the model and port this server runs, written for the learner's
     folder; QUANT and CTX SEATS follow. The default download needs no LLAMACPP_MODEL."""
     words = []
-    port = _port(target)
-    if port is not None and port != LLAMACPP_PORT:
-        words.append(f"LLAMACPP_PORT={port}")
+    port = moved_port("llamacpp", target.base_url)
+    if port is not None:
+        words.append(f"{PORT_VARIABLES['llamacpp']}={port}")
     quant = "Q4_K_M"
     if isinstance(model_path, str) and model_path:
         name = PurePath(model_path).name
@@ -240,7 +238,8 @@ def _ollama(target: Target, what: str, need: int) -> str:
     have = next((_int(m.get("context_length")) for m in models or [] if isinstance(m, dict)), None)
     size = fits(max(need, (have or 0) + 1))
     now = f" It runs with {have:,} tokens a seat." if have else ""
-    env = f"OLLAMA_PORT={_port(target)} " if _port(target) not in (None, 11434) else ""
+    port = moved_port("ollama", target.base_url)
+    env = f"{PORT_VARIABLES['ollama']}={port} " if port else ""
     return (
         f"{what}{now} Stop Ollama (quit the Ollama app, which keeps its own settings, or Ctrl+C the "
         f"serve_ollama.sh that started it) and start it with {size:,} tokens a seat: "

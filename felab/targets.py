@@ -153,8 +153,8 @@ def start_command(name: str, base_url: str) -> str:
     """The command that starts target `name` listening at `base_url`, written for the learner's
     folder: the table's, with the port added where the address is not the table's."""
     command = TARGETS[name].start_hint
-    port, usual = _port(base_url), _port(TARGETS[name].url)
-    if port is None or port == usual or not re.match(r"https?://(127\.0\.0\.1|localhost)[:/]", base_url):
+    port = moved_port(name, base_url)
+    if port is None:
         return paths.from_here(command)
     if name in PORT_VARIABLES:
         return f"{PORT_VARIABLES[name]}={port} {paths.from_here(command)}"
@@ -163,9 +163,17 @@ def start_command(name: str, base_url: str) -> str:
     return f"{command} --port {port}"
 
 
-def _port(url: str) -> int | None:
+def port_of(url: str) -> int | None:
     found = re.match(r"https?://[^/:]+:(\d+)", url)
     return int(found.group(1)) if found else None
+
+
+def moved_port(name: str, base_url: str) -> int | None:
+    """The port of a local server of target `name` at `base_url`, if it is not the table's
+    (a start command must then say it); None for the usual port or a remote address."""
+    port = port_of(base_url)
+    local = re.match(r"https?://(127\.0\.0\.1|localhost)[:/]", base_url)
+    return port if local and port is not None and port != port_of(TARGETS[name].url) else None
 
 
 def cold_start_advice(target: Target) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from fake_engines import fake_engine
 from fake_llamacpp import Seats, fake_llamacpp
 
 from felab.context_fit import LLAMACPP_DEFAULT_REPO, fits
-from felab.mock_server.launch import practice_server
+from felab.mock_server.launch import practice_server, wait_until_serving
 
 SERVE = "bash ../02-three-local-servers/serve_llamacpp.sh"
 DEFAULT_DOWNLOAD = (
@@ -150,15 +151,23 @@ def test_other_engines_name_the_flag_that_fits(engine: str, target: str, said: s
         code, message = bench(url, target)
     assert code == 2 and said in message
     assert "(2,048 tokens)" in message or engine == "ollama"  # Ollama's 400 names no numbers
-    port = url.split(":")[2].split("/")[0]
-    assert f"`{command}" in message or f"`OLLAMA_PORT={port} {command}" in message
+    port = url.split(":")[2].split("/")[0]  # a fake on its own port: the advice must keep it
+    expected = f"`OLLAMA_PORT={port} {command}" if engine == "ollama" else f"`{command} --port {port}`"
+    assert expected in message
 
 
 def test_the_practice_server_with_a_small_context_and_following_the_advice(isolated: Path) -> None:
     with practice_server("--context-tokens", "2000") as url:
         code, said = bench(url, "mock")
+    port = url.split(":")[2].split("/")[0]
     assert code == 2 and "(2,000 tokens)" in said
     command = next(c for c in re.findall(r"`([^`]+)`", said) if "mock_server" in c)
-    assert command.endswith("-m felab.mock_server --context-tokens 4096")
-    with practice_server(*command.split()[3:]) as url:  # following it
+    assert command.endswith(f"-m felab.mock_server --context-tokens 4096 --port {port}")
+    # Following it literally, from the lesson folder the script ran in, on the port it used:
+    proc = subprocess.Popen(shlex.split(command), cwd=PREFIX_BENCH.parent, stdout=subprocess.DEVNULL)
+    try:
+        wait_until_serving(url, proc)
         assert bench(url, "mock")[0] == 0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
