@@ -15,7 +15,17 @@ import openai
 from felab.errors import FelabError
 from felab.explain import explain
 from felab.paths import load_env
-from felab.targets import NO_KEY, TARGETS, Target, configured_model, default_url, required_key
+from felab.targets import (
+    LOOPBACK,
+    NO_KEY,
+    TARGETS,
+    Target,
+    configured_model,
+    default_url,
+    env_value,
+    exposes_key,
+    required_key,
+)
 
 
 def resolve(args: argparse.Namespace) -> Target:
@@ -24,7 +34,12 @@ def resolve(args: argparse.Namespace) -> Target:
     name: str = args.target
     spec = TARGETS[name]
     flag = getattr(args, "base_url", None)
-    base_url = with_scheme(flag or default_url(name), "--base-url" if flag else f"FELAB_{name.upper()}_URL")
+    base_url = with_scheme(flag or default_url(name), "--base-url" if flag else url_source(name))
+    if spec.key_env and exposes_key(base_url):
+        raise FelabError(
+            f"{base_url} is a plain http:// address: the {spec.key_env} would cross the network "
+            f"unencrypted. Use https:// (check --base-url, FELAB_{name.upper()}_URL or FIREWORKS_BASE_URL)."
+        )
 
     api_key = required_key(spec.key_env) if spec.key_env else NO_KEY
     target = Target(name, base_url, "", api_key, spec.paid, spec.start_hint, spec.key_env)
@@ -34,15 +49,24 @@ def resolve(args: argparse.Namespace) -> Target:
     return Target(name, base_url, model, api_key, spec.paid, spec.start_hint, spec.key_env)
 
 
+def url_source(name: str) -> str:
+    """The variable a target's address came from, as the learner set it (for a message)."""
+    if env_value(f"FELAB_{name.upper()}_URL"):
+        return f"FELAB_{name.upper()}_URL"
+    return "FIREWORKS_BASE_URL" if name == "fireworks" else f"FELAB_{name.upper()}_URL"
+
+
 def with_scheme(url: str, source: str) -> str:
     """`url` without a trailing slash; a FelabError if it lacks http:// or https:// (the client
     would only say it could not connect)."""
     url = url.rstrip("/")
     if re.match(r"^https?://", url):
         return url
-    fixed = f"http://{url.split('://', 1)[-1]}"
+    bare = url.split("://", 1)[-1]
+    local = LOOPBACK.match(f"http://{bare}")
+    fixed = f"{'http' if local else 'https'}://{bare}"  # a remote server: encrypted
     how = f"`--base-url {fixed}`" if source == "--base-url" else f"`{source}={fixed}` in .env (or the shell)"
-    raise FelabError(f"{source} is {url!r}, an address without http:// in front. Use {how}.")
+    raise FelabError(f"{source} is {url!r}, an address without http:// or https:// in front. Use {how}.")
 
 
 def served_model(target: Target) -> str:

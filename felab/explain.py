@@ -58,7 +58,11 @@ def explain(exc: Exception, target: Target) -> FelabError:
             f"Check {target.key_env} in {_env_file()} (copy the key again from your dashboard; no quotes, "
             f"no spaces) or export it in this terminal."
             if target.key_env
-            else "This server expects an API key: pass the one it was started with."
+            else (
+                "This server was started with an API key (llama-server's or vLLM's --api-key, or a "
+                "proxy in front of it); the kit sends none to a local server. Stop it (Ctrl+C in its "
+                f"terminal) and start it without one: `{start_command(name, url)}`."
+            )
         )
         return FelabError(f"The {name} server refused the API key (HTTP 401: {said}). {key_hint}")
     if status == 404 and not url.endswith("/v1"):  # the OpenAI routes live under /v1

@@ -163,6 +163,15 @@ def start_command(name: str, base_url: str) -> str:
     return f"{command} --port {port}"
 
 
+LOOPBACK = re.compile(r"^https?://(127\.\d+\.\d+\.\d+|localhost|\[::1\])(:|/|$)")
+"""An address on this machine: a start command may name its port; plain http:// is safe there."""
+
+
+def exposes_key(url: str) -> bool:
+    """Would a key sent to `url` cross the network unencrypted (plain http:// to another machine)?"""
+    return url.startswith("http://") and not LOOPBACK.match(url)
+
+
 def port_of(url: str) -> int | None:
     found = re.match(r"https?://[^/:]+:(\d+)", url)
     return int(found.group(1)) if found else None
@@ -172,7 +181,7 @@ def moved_port(name: str, base_url: str) -> int | None:
     """The port of a local server of target `name` at `base_url`, if it is not the table's
     (a start command must then say it); None for the usual port or a remote address."""
     port = port_of(base_url)
-    local = re.match(r"https?://(127\.0\.0\.1|localhost)[:/]", base_url)
+    local = LOOPBACK.match(base_url)
     return port if local and port is not None and port != port_of(TARGETS[name].url) else None
 
 

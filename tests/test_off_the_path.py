@@ -388,7 +388,7 @@ def test_a_base_url_without_a_scheme_names_the_fixed_one(mock_url: str) -> None:
     bare = mock_url.removeprefix("http://")
     out = run_script(PREFIX_BENCH, "--base-url", bare, "--quick")
     said = " ".join(out.stderr.split())
-    assert out.returncode == 2 and "without http:// in front" in said
+    assert out.returncode == 2 and "without http:// or https:// in front" in said
     fixed = backticked(said)[0]
     assert fixed == f"--base-url {mock_url}"
     assert run_script(PREFIX_BENCH, *fixed.split(), "--quick").returncode == 0  # following it

@@ -118,3 +118,30 @@ def test_a_server_that_is_down_names_the_command_that_starts_it() -> None:
 def test_the_client_never_retries_so_timings_stay_honest(mock_url: str, monkeypatch) -> None:
     monkeypatch.setenv("FELAB_MOCK_URL", mock_url)
     assert client(resolve(parse())).max_retries == 0
+
+
+def test_a_key_is_never_sent_over_plain_http_to_another_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FIREWORKS_API_KEY", "fw-test-key-123")
+    args = add_target_args(argparse.ArgumentParser()).parse_args(
+        ["--target", "fireworks", "--base-url", "http://api.fireworks.ai/inference/v1"]
+    )
+    with pytest.raises(FelabError, match="plain http:// address") as caught:
+        resolve(args)
+    assert "fw-test-key-123" not in caught.value.message
+
+
+def test_a_missing_scheme_names_the_setting_read_and_https_for_another_machine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FIREWORKS_API_KEY", "fw-test-key-123")
+    monkeypatch.setenv("FIREWORKS_BASE_URL", "api.fireworks.ai")
+    args = add_target_args(argparse.ArgumentParser()).parse_args(["--target", "fireworks"])
+    with pytest.raises(FelabError) as caught:
+        resolve(args)
+    assert caught.value.message.startswith("FIREWORKS_BASE_URL is")
+    assert "https://api.fireworks.ai/inference/v1" in caught.value.message
+    local = add_target_args(argparse.ArgumentParser()).parse_args(
+        ["--target", "mock", "--base-url", "127.0.0.1:9/v1"]
+    )
+    with pytest.raises(FelabError, match=r"--base-url http://127\.0\.0\.1:9/v1"):
+        resolve(local)

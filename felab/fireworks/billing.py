@@ -42,7 +42,7 @@ from felab.fireworks.transport import Budget, guarded_client, stopped_by
 from felab.paths import ENV_FILE, from_here
 from felab.redact import redact
 from felab.tables import table
-from felab.targets import FIREWORKS_ROOT, fireworks_root, required_key
+from felab.targets import FIREWORKS_ROOT, exposes_key, fireworks_root, required_key
 
 EXIT_CLEAR, EXIT_BILLING, EXIT_UNKNOWN = 0, 1, 2
 PAGE_SIZE = 200  # the API's maximum
@@ -237,6 +237,11 @@ def root_url() -> str:
         raise CouldNotCheck(
             f"FIREWORKS_BASE_URL is {root}, but it must be the root the SDK adds paths to "
             f"(default {FIREWORKS_ROOT}, without /inference/v1 or /v1)."
+        )
+    if exposes_key(root):
+        raise CouldNotCheck(
+            f"FIREWORKS_BASE_URL is {root}, a plain http:// address: the key would cross the network "
+            f"unencrypted. Use https:// (unset, it is {FIREWORKS_ROOT})."
         )
     return root
 
