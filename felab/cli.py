@@ -20,6 +20,7 @@ import time
 import click
 import openai
 
+from felab.connect import url_source, with_scheme
 from felab.course.lessons import LESSONS_DIR, discover
 from felab.errors import EXIT_ERROR, FelabError, debug_exit, fail
 from felab.mock_server.launch import practice_server
@@ -77,6 +78,12 @@ def check() -> None:
             rows.append({"target": name, "url": url, "status": state, "model": model})
             notes += [f"note: {problem}"] if problem else []
             continue
+        try:
+            url = with_scheme(url, url_source(name))  # as a script would read it
+        except FelabError as exc:
+            rows.append({"target": name, "url": url, "status": "address without http://", "model": model})
+            notes.append(f"note: {exc.message}")
+            continue
         status, model_shown = probe(name, url, model)
         rows.append({"target": name, "url": url, "status": status, "model": model_shown})
     click.echo(table(rows))
@@ -86,9 +93,9 @@ def check() -> None:
 
 def probe(name: str, url: str, model: str | None) -> tuple[str, str]:
     """Whether the server at `url` is up, and the model a script would ask it for."""
-    cli = openai.OpenAI(base_url=url, api_key="not-needed", max_retries=0, timeout=2.0)
+    api = openai.OpenAI(base_url=url, api_key="not-needed", max_retries=0, timeout=2.0)
     try:
-        ids = [m.id for m in cli.models.list()]
+        ids = [m.id for m in api.models.list()]
     except openai.APIStatusError as exc:  # answering, but /v1/models is not what we expect
         return f"up (HTTP {exc.status_code} on /v1/models)", model or "?"
     except openai.OpenAIError:

@@ -6,6 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from conftest import KIT, run_felab
 
 
@@ -52,3 +53,13 @@ def test_demo_prints_both_rows_as_the_lesson_says(isolated: Path) -> None:
     assert variable["order"] == "variable-first" and 0.7 <= variable["speedup_x"] <= 1.4
     table = out.stdout.split("Lesson 06 on the practice server")[1]
     assert "stable-first" in table and "variable-first" in table
+
+
+def test_check_names_an_address_without_a_scheme_instead_of_calling_its_server_down(
+    mock_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FELAB_MOCK_URL", mock_url.removeprefix("http://"))
+    out = run_felab("check")
+    assert out.returncode == 0, out.stderr
+    assert "address without http://" in out.stdout and "down (start: make mock)" not in out.stdout
+    assert f"Use `FELAB_MOCK_URL={mock_url}`" in " ".join(out.stdout.split())

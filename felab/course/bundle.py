@@ -515,14 +515,17 @@ class _Server(http.server.ThreadingHTTPServer):
 def served(site: Path, port: int = 0) -> Iterator[str]:
     """Serve `site` on 127.0.0.1 (a free port when `port` is 0) in a thread; yield its URL."""
     if not (site / "index.html").is_file():
-        raise FelabError(f"there is no built bundle in {site}: run `make bundle` first.")
+        raise FelabError(f"there is no built bundle in {site}: run `{from_here('make bundle')}` first.")
     handler = functools.partial(_Site, directory=str(site))
     try:
         server = _Server(("127.0.0.1", port), handler)
     except OSError as exc:
         raise FelabError(
-            f"could not serve the bundle on 127.0.0.1:{port} ({exc.strerror}): another program holds the "
-            f"port. Stop it, or pass another with --port (typed numbers are kept per address)."
+            f"could not serve the bundle on 127.0.0.1:{port} ({exc.strerror}): most often an earlier "
+            f"`make bundle-serve` still runs (Ctrl+C in its terminal stops it; or use it, it serves the "
+            f"same pages). To serve on another port instead: "
+            f"`{from_here('.venv/bin/python')} -m felab bundle serve --port {port + 1}` (numbers you "
+            f"typed are kept per address, so they will not show there)."
         ) from None
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

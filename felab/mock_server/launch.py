@@ -8,6 +8,7 @@ when the block fails or is interrupted.
 from __future__ import annotations
 
 import contextlib
+import shlex
 import socket
 import subprocess
 import sys
@@ -27,6 +28,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def server_flags(proc: subprocess.Popen) -> list[str]:
+    """The flags a practice server was started with (what follows `-m felab.mock_server`)."""
+    args = [str(a) for a in proc.args] if isinstance(proc.args, list) else []
+    return args[args.index("felab.mock_server") + 1 :] if "felab.mock_server" in args else []
+
+
 def wait_until_serving(base_url: str, proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
     """Poll `GET /v1/models` until the server answers, or fail with what it printed."""
     api = openai.OpenAI(base_url=base_url, api_key="not-needed", max_retries=0, timeout=2.0)
@@ -35,8 +42,8 @@ def wait_until_serving(base_url: str, proc: subprocess.Popen, timeout_s: float =
         if proc.poll() is not None:
             raise FelabError(
                 f"the practice server exited at start (status {proc.returncode}); its own error is "
-                f"printed above. Run it by hand to see it again: "
-                f"`{from_here('.venv/bin/python')} -m felab.mock_server`."
+                f"printed above. Run it by hand, with the same flags, to see it again: "
+                f"`{from_here('.venv/bin/python')} -m felab.mock_server {shlex.join(server_flags(proc))}`."
             )
         try:
             api.models.list()

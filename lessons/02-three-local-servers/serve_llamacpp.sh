@@ -60,7 +60,7 @@ else
   MODEL_ARGS=(-hf "${LLAMACPP_HF_REPO:-$DEFAULT_REPO}:$QUANT")
   MODEL_NAME="${LLAMACPP_HF_REPO:-$DEFAULT_REPO}:$QUANT (downloaded once, then cached)"
   STOP_HINT="If it could not download the model, check the network, or use a local file:"
-  STOP_HINT+=" LLAMACPP_MODEL=/path/file.gguf bash serve_llamacpp.sh ..."
+  STOP_HINT+=" LLAMACPP_MODEL=/path/file.gguf bash $0 ..."
 fi
 
 # An explicit -np splits CTX into PARALLEL equal seats. Recent builds would share one
