@@ -411,3 +411,20 @@ def test_metrics_parsed_by_prometheus_client_equal_the_usage_the_client_saw() ->
     assert all(
         s.labels["model_name"] == MODEL for f in families.values() for s in f.samples if "replica" in s.labels
     )
+
+
+def test_max_tokens_is_bounded_by_the_servers_context_not_a_fixed_number() -> None:
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 200_000,
+        "stream": True,
+    }
+    with (
+        practice_server("--context-tokens", "262144") as url,
+        httpx.stream("POST", f"{url}/chat/completions", json=body, timeout=10) as reply,
+    ):
+        assert reply.status_code == 200  # it fits this server's context
+    with practice_server() as url:  # 131,072 tokens
+        reply = httpx.post(f"{url}/chat/completions", json=body, timeout=10)
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == "max_tokens"

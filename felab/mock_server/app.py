@@ -50,6 +50,7 @@ from felab.mock_server.wire import (
     CompletionRequest,
     Sampling,
     StreamOptions,
+    invalid,
     parse,
     refuse,
 )
@@ -193,6 +194,11 @@ def headers_for(booking: Booking) -> dict[str, str]:
 def reply_length(req: Sampling, settings: Settings, prompt_tokens: int) -> int:
     """The reply's length in tokens; a 400 if prompt and reply do not fit the context."""
     max_tokens = req.reply_limit() or settings.default_max_tokens
+    if max_tokens > settings.context_tokens:  # more than any prompt could leave room for
+        field = "max_completion_tokens" if getattr(req, "max_completion_tokens", None) else "max_tokens"
+        raise invalid(
+            field, f"{max_tokens} is more than the model's context ({settings.context_tokens} tokens)"
+        )
     if prompt_tokens + max_tokens > settings.context_tokens:
         message = (
             f"This model's maximum context length is {settings.context_tokens} tokens; "

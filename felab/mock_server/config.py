@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from felab.mock_server.cache import BLOCK_TOKENS
 from felab.mock_server.faults import FAULT_TYPES
 from felab.mock_server.fleet import ROUTES
 from felab.mock_server.timing import TimingModel
@@ -33,7 +34,7 @@ class Settings:
     """Reply tokens per second, per stream (decoding is batched: streams do not slow each other)."""
     cache_blocks: int = 4096
     """Prefix-cache capacity per replica, in blocks; the least recently used block is evicted."""
-    block_tokens: int = 64
+    block_tokens: int = BLOCK_TOKENS
     """Tokens per cache block (vLLM's default is 16; Mooncake's trace uses 512)."""
     context_tokens: int = 131_072
     """Largest prompt plus reply, in tokens."""

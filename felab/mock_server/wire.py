@@ -28,8 +28,6 @@ from starlette.responses import JSONResponse
 
 # ── Requests ──────────────────────────────────────────────────────────────────
 
-MAX_TOKENS = 131_072
-
 
 # JSON numbers (an integer or a decimal; not a string, not a boolean) in OpenAI's ranges.
 Temperature = Annotated[float, Field(strict=True, ge=0.0, le=2.0)]
@@ -88,7 +86,7 @@ class Sampling(BaseModel):
     """The field a prompt too long for the context is blamed on."""
 
     model: str = Field(min_length=1)
-    max_tokens: StrictInt | None = Field(None, ge=1, le=MAX_TOKENS)
+    max_tokens: StrictInt | None = Field(None, ge=1)  # the upper bound is the server's context
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
@@ -131,7 +129,7 @@ class ChatRequest(Sampling):
     prompt_field: ClassVar[str] = "messages"
 
     messages: list[Message] = Field(min_length=1)
-    max_completion_tokens: StrictInt | None = Field(None, ge=1, le=MAX_TOKENS)
+    max_completion_tokens: StrictInt | None = Field(None, ge=1)
     logprobs: StrictBool | None = None
     top_logprobs: StrictInt | None = Field(None, ge=0, le=20)
 
