@@ -43,6 +43,12 @@ class FelabGroup(click.Group):
                 debug_exit(exc)  # the traceback, keys redacted; still exit status 2
             fail(exc.message)
             ctx.exit(EXIT_ERROR)
+        except (KeyboardInterrupt, click.Abort):
+            if ctx.invoked_subcommand == "fw-check":  # exit 1 would mean "billing": it means unknown
+                fail("interrupted: could not check what is billing on Fireworks. This is not an all-clear.")
+                ctx.exit(EXIT_ERROR)
+            click.echo("\ninterrupted.", err=True)
+            ctx.exit(130)
 
 
 def require_extra(module: str, make_target: str) -> None:

@@ -469,3 +469,23 @@ def test_a_failure_of_the_check_itself_exits_2_not_1(fake: FakeFireworks, monkey
     monkeypatch.setattr("felab.fireworks.billing.report", broken)
     result = fw_check_here()
     assert result.exit_code == 2 and "the check itself failed (RuntimeError: boom)" in result.stderr
+
+
+@pytest.mark.parametrize("after_s", [0.4, 2.0])  # while it starts (imports), and while it reads
+def test_ctrl_c_during_the_check_is_could_not_check_never_exit_1(fake: FakeFireworks, after_s: float) -> None:
+    # Exit 1 means "billing"; an interrupted check knows nothing, so it is 2, said plainly.
+    fake.deployments["learner"] = [deployment("d0", replicas=0)]
+    fake.trickle_s = 0.05  # the check is still reading when Ctrl+C comes
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "felab", "fw-check"],
+        cwd=KIT,
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(after_s)
+    proc.send_signal(subprocess.signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2, out + err
+    assert "not an all-clear" in err and "Traceback" not in err and KEY not in out + err
