@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import openai
 
-from felab import paths
 from felab.context_fit import read_overflow, request_chars, too_long
 from felab.errors import FelabError
 from felab.paths import from_here
-from felab.targets import Target, start_command
+from felab.targets import Target, fix_key_advice, start_command
 
 
 def _server_message(exc: openai.APIStatusError) -> str:
@@ -55,8 +54,7 @@ def explain(exc: Exception, target: Target) -> FelabError:
         return FelabError(too_long(target, over, request_chars(exc)))
     if status == 401:
         key_hint = (
-            f"Check {target.key_env} in {_env_file()} (copy the key again from your dashboard; no quotes, "
-            f"no spaces) or export it in this terminal."
+            fix_key_advice(target.key_env)
             if target.key_env
             else (
                 "This server was started with an API key (llama-server's or vLLM's --api-key, or a "
@@ -92,8 +90,3 @@ def explain(exc: Exception, target: Target) -> FelabError:
             f"failing, restart the server or check its status page."
         )
     return FelabError(f"The {name} server rejected the request (HTTP {status}: {said}).")
-
-
-def _env_file() -> str:
-
-    return str(paths.ENV_FILE)

@@ -237,6 +237,25 @@ def key_problem(env_name: str, key: str) -> str:
     )
 
 
+def fix_key_advice(env_name: str) -> str:
+    """Where to put a key right, said for where the one in use came from: a key exported in the
+    shell wins over `.env`, so editing `.env` alone would change nothing."""
+    from dotenv import dotenv_values  # python-dotenv, as load_env() uses it
+
+    in_file = dotenv_values(paths.ENV_FILE).get(env_name)
+    used = os.environ.get(env_name, "").strip()
+    if used and (in_file or "").strip() != used:
+        return (
+            f"The key in use comes from this terminal (it was exported), which wins over "
+            f"{paths.ENV_FILE}: export it again with the key copied from your dashboard, or "
+            f"`unset {env_name}` to use the one in .env."
+        )
+    return (
+        f"Check {env_name} in {paths.ENV_FILE} (copy the key again from your dashboard; no quotes, "
+        f"no spaces)."
+    )
+
+
 def required_key(env_name: str) -> str:
     """An API key from the shell or `.env`; a FelabError saying where to put it if it is missing
     or holds characters a header cannot carry."""

@@ -145,3 +145,17 @@ def test_a_missing_scheme_names_the_setting_read_and_https_for_another_machine(
     )
     with pytest.raises(FelabError, match=r"--base-url http://127\.0\.0\.1:9/v1"):
         resolve(local)
+
+
+def test_a_refused_key_is_fixed_where_it_came_from(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from felab.targets import fix_key_advice
+
+    env_file = tmp_path / "kit.env"
+    monkeypatch.setattr(paths, "ENV_FILE", env_file)
+    env_file.write_text("FIREWORKS_API_KEY=fw-from-the-file\n")
+    monkeypatch.setenv("FIREWORKS_API_KEY", "fw-from-the-file")  # what load_env() would have set
+    assert fix_key_advice("FIREWORKS_API_KEY").startswith(f"Check FIREWORKS_API_KEY in {env_file}")
+    monkeypatch.setenv("FIREWORKS_API_KEY", "fw-exported-in-the-shell")  # an export wins over .env
+    advice = fix_key_advice("FIREWORKS_API_KEY")
+    assert "comes from this terminal" in advice and "unset FIREWORKS_API_KEY" in advice
+    assert "fw-exported" not in advice and "fw-from-the-file" not in advice

@@ -42,7 +42,7 @@ from felab.fireworks.transport import Budget, guarded_client, stopped_by
 from felab.paths import ENV_FILE, from_here
 from felab.redact import redact
 from felab.tables import table
-from felab.targets import FIREWORKS_ROOT, exposes_key, fireworks_root, required_key
+from felab.targets import FIREWORKS_ROOT, exposes_key, fireworks_root, fix_key_advice, required_key
 
 EXIT_CLEAR, EXIT_BILLING, EXIT_UNKNOWN = 0, 1, 2
 PAGE_SIZE = 200  # the API's maximum
@@ -377,10 +377,7 @@ def why(exc: Exception, root: str) -> str:
         said = _server_words(exc.body) or exc.response.reason_phrase
         status = exc.status_code
         if status == 401:
-            return (
-                f"Fireworks refused the API key (HTTP 401: {said}). Check FIREWORKS_API_KEY in {ENV_FILE} "
-                f"(copy the key again from your dashboard; no quotes, no spaces)."
-            )
+            return f"Fireworks refused the API key (HTTP 401: {said}). {fix_key_advice('FIREWORKS_API_KEY')}"
         if status in (403, 404):
             return (
                 f"HTTP {status} ({said}): the key cannot read that account. Set FIREWORKS_ACCOUNT_ID in "
