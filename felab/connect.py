@@ -42,11 +42,11 @@ def resolve(args: argparse.Namespace) -> Target:
         )
 
     api_key = required_key(spec.key_env) if spec.key_env else NO_KEY
-    target = Target(name, base_url, "", api_key, spec.paid, spec.start_hint, spec.key_env)
+    target = Target(name, base_url, "", api_key, spec.paid, spec.key_env)
     model = getattr(args, "model", None) or configured_model(name)
     if not model:
         model = served_model(target)
-    return Target(name, base_url, model, api_key, spec.paid, spec.start_hint, spec.key_env)
+    return Target(name, base_url, model, api_key, spec.paid, spec.key_env)
 
 
 def url_source(name: str) -> str:

@@ -28,15 +28,15 @@ from typing import Any
 import openai
 
 from felab.paths import from_here
-from felab.targets import PORT_VARIABLES, Target, moved_port
+from felab.targets import PORT_VARIABLES, TARGETS, Target, moved_port
 
 REPLY_ROOM = 256
 """Tokens kept free for the reply when a seat size is worked out (lessons ask for 8 to 48)."""
 
 LLAMACPP_DEFAULT_REPO = "bartowski/Meta-Llama-3.1-8B-Instruct-GGUF"
 """serve_llamacpp.sh's default download (a test keeps the two the same)."""
-SERVE_LLAMACPP = "bash lessons/02-three-local-servers/serve_llamacpp.sh"
-SERVE_OLLAMA = "bash lessons/02-three-local-servers/serve_ollama.sh"
+SERVE_LLAMACPP = " ".join(TARGETS["llamacpp"].start_hint.split()[:2])  # `bash <script>`, without its flags
+SERVE_OLLAMA = TARGETS["ollama"].start_hint
 
 
 @dataclass(frozen=True)

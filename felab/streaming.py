@@ -94,7 +94,7 @@ def has_text(delta: Any) -> bool:
 def _target(api: openai.OpenAI) -> Target:
     if isinstance(api, TargetClient):
         return api.target
-    return Target("server", str(api.base_url), "", "", False, "the server")
+    return Target("server", str(api.base_url), "", "", False)
 
 
 def cut_off(exc: openai.OpenAIError, target: Target, tokens: int) -> FelabError:

@@ -85,7 +85,6 @@ class Target:
     model: str
     api_key: str
     is_paid: bool
-    start_hint: str = ""
     key_env: str | None = None
 
     def __repr__(self) -> str:  # never show the key, even in a debugger or a log

@@ -115,7 +115,7 @@ def test_a_reasoning_models_first_thought_is_its_first_token() -> None:
     from felab.targets import Target
 
     with fake_llamacpp("reasoning") as url:
-        api = client(Target("llamacpp", url, "m", "k", False, "serve"))
+        api = client(Target("llamacpp", url, "m", "k", False))
         r = stream_once(api, "m", [{"role": "user", "content": "hi"}], max_tokens=4)
     assert r.ttft_ms < 400 < r.total_ms  # 0.5 s between them: a margin of 100 ms each way
     assert r.output_tokens == 2

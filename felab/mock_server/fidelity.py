@@ -190,7 +190,7 @@ async def many_streams(url: str, streams: int, tokens: int) -> int:
 
 def openai_overhead_ms(url: str, n: int = 15) -> float:
     """Median TTFT through the openai client minus median TTFT of the lean client, same requests."""
-    api = client(Target("mock", url, MODEL, NO_KEY, False, "make mock"))
+    api = client(Target("mock", url, MODEL, NO_KEY, False))
     lean, sdk = [], []
     for _ in range(n):
         lean.append(asyncio.run(lean_stream(url, body(100)))[0])
