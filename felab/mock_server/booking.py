@@ -55,7 +55,11 @@ class Booking:
     """Seconds between two reply tokens."""
     keys: Sequence[int] = ()
     """The prompt's block keys; the first `found_blocks` were in the cache when it was booked."""
-    found_blocks: int = 0
+
+    @property
+    def found_blocks(self) -> int:
+        """How many leading blocks of its prompt were cached when it was booked."""
+        return self.cached_tokens // self.replica.cache.block_tokens
 
     @property
     def first_token_at(self) -> float:
@@ -129,7 +133,6 @@ class PracticeModel:
             turn,
             self.timing.token_interval_s(),
             prompt.keys,
-            (prompt.tokens - uncached) // replica.cache.block_tokens,
         )
         self.live[booking.rid] = booking
         replica.stats.admit(booking.rid, prompt.tokens, booking.cached_tokens, turn)
