@@ -84,7 +84,7 @@ def test_a_cancelled_request_gives_its_lane_time_to_the_ones_behind_it() -> None
     # The first hangs up half way: it keeps what it used, the tiny prompt starts at once.
     assert model.cancel(big[0], now=0.5)
     assert tiny.turn.start == pytest.approx(0.5)
-    assert not big[0].replica.stats.in_flight.keys() - {tiny.rid}
+    assert not model.live.keys() - {tiny.rid}
 
 
 def test_reset_forgets_every_block_of_every_replica() -> None:

@@ -90,7 +90,7 @@ def opening(tag: int, blocks: int = 40) -> list[int]:
 
 def gauges(model: PracticeModel, now: float) -> tuple[float, float]:
     """Running and waiting as /metrics would say at `now` (the page rendered and read back)."""
-    snapshot = metrics.Snapshot(model.fleet.replicas, {}, now)
+    snapshot = metrics.Snapshot(model.fleet.replicas, {}, now, model.in_flight())
     page = metrics.read_page(metrics.render(metrics.registry("m", lambda: snapshot)).decode())
     return page["vllm:num_requests_running"], page["vllm:num_requests_waiting"]
 

@@ -26,9 +26,9 @@ def parse(page: str) -> dict[tuple[str, frozenset], float]:
     }
 
 
-def page_of(r: One, now: float) -> str:
-    """The page a server with this one replica would answer at loop time `now`."""
-    return render(registry(MODEL, lambda: Snapshot([r], {}, now))).decode()
+def page_of(r: One, now: float, turns: tuple[Prefill, ...] = ()) -> str:
+    """The page a server with this one replica would answer at loop time `now`, serving `turns`."""
+    return render(registry(MODEL, lambda: Snapshot([r], {}, now, [(0, t) for t in turns]))).decode()
 
 
 def per_replica(samples: dict, name: str) -> dict[str, float]:
@@ -100,14 +100,15 @@ class One:
 
 def test_histogram_buckets_are_cumulative_and_gauges_follow_the_lane() -> None:
     r = One()
-    r.stats.admit("a", prompt=100, cached=64, turn=Prefill(10.0, 0.02, 10.0))
-    r.stats.admit("b", prompt=100, cached=0, turn=Prefill(10.0, 1.0, 12.0))
-    samples = parse(page_of(r, now=11.0))
+    r.stats.admit(prompt=100, cached=64)
+    r.stats.admit(prompt=100, cached=0)
+    a, b = Prefill(10.0, 0.02, 10.0), Prefill(10.0, 1.0, 12.0)
+    samples = parse(page_of(r, now=11.0, turns=(a, b)))
     assert per_replica(samples, "vllm:num_requests_running") == {"0": 1}  # a is prefilling at t=11
     assert per_replica(samples, "vllm:num_requests_waiting") == {"0": 1}  # b waits for the lane
     assert per_replica(samples, "vllm:time_to_first_token_seconds_count") == {"0": 0}  # no reply over yet
-    r.stats.served("a", ttft_s=0.03, tokens=5)
-    r.stats.served("b", ttft_s=3.0, tokens=5)
+    r.stats.served(ttft_s=0.03, tokens=5)
+    r.stats.served(ttft_s=3.0, tokens=5)
     samples = parse(page_of(r, now=11.0))
     buckets = [
         samples[
@@ -127,8 +128,8 @@ def test_histogram_buckets_are_cumulative_and_gauges_follow_the_lane() -> None:
 
 def test_a_reply_cut_short_counts_what_it_sent_and_no_first_token_counts_no_ttft() -> None:
     r = One()
-    r.stats.admit("gone-early", prompt=100, cached=0, turn=Prefill(0.0, 1.0, 0.0))
-    r.stats.served("gone-early", ttft_s=None, tokens=0)  # hung up before its first token
+    r.stats.admit(prompt=100, cached=0)
+    r.stats.served(ttft_s=None, tokens=0)  # hung up before its first token
     samples = parse(page_of(r, now=2.0))
     assert per_replica(samples, "vllm:time_to_first_token_seconds_count") == {"0": 0}
     assert per_replica(samples, "vllm:generation_tokens_total") == {"0": 0}

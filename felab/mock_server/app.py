@@ -358,7 +358,8 @@ def info_routes(settings: Settings, state: Callable[[], ServerState]) -> list[Ro
 
     def snapshot() -> metrics.Snapshot:
         s = state()
-        return metrics.Snapshot(s.model.fleet.replicas, s.faults.injected, asyncio.get_running_loop().time())
+        now = asyncio.get_running_loop().time()
+        return metrics.Snapshot(s.model.fleet.replicas, s.faults.injected, now, s.model.in_flight())
 
     page = metrics.registry(settings.model, snapshot)  # this server's own registry
 

@@ -135,15 +135,19 @@ class PracticeModel:
             prompt.keys,
         )
         self.live[booking.rid] = booking
-        replica.stats.admit(booking.rid, prompt.tokens, booking.cached_tokens, turn)
+        replica.stats.admit(prompt.tokens, booking.cached_tokens)
         return booking
 
     def finish(self, booking: Booking, now: float | None = None) -> None:
         """The reply is over: sent whole (`now` None), or its client gone at `now`. Counts what
         was really served: the tokens due by then, and the TTFT only if the first token came."""
         sent = booking.reply_tokens if now is None else booking.tokens_due(now)
-        booking.replica.stats.served(booking.rid, booking.ttft_s if sent else None, sent)
+        booking.replica.stats.served(booking.ttft_s if sent else None, sent)
         self.live.pop(booking.rid, None)
+
+    def in_flight(self) -> list[tuple[int, Prefill]]:
+        """(replica, turn in its prefill lane) of every request being served now (for the gauges)."""
+        return [(b.replica.index, b.turn) for b in self.live.values()]
 
     def cancel(self, booking: Booking, now: float) -> bool:
         """Its client hung up at `now`: give the lane back the time it had not used, as an engine

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from felab.mock_server.cache import PrefixCache
-from felab.mock_server.timing import Prefill, PrefillLane, TimingModel
+from felab.mock_server.timing import PrefillLane, TimingModel
 
 ROUTES = ("random", "round-robin", "affinity", "prefix")
 
@@ -62,7 +62,8 @@ TTFT_BUCKETS_S = (
 
 @dataclass
 class ReplicaStats:
-    """One replica's counters (what /metrics shows), and the requests it is serving now."""
+    """One replica's counters (what /metrics shows). The requests it serves now are the model's
+    live bookings (booking.py)."""
 
     requests: int = 0
     prompt_tokens: int = 0
@@ -76,19 +77,15 @@ class ReplicaStats:
     request whose client hung up before its first token has none, so it is not counted."""
     ttft_sum_s: float = 0.0
     ttft_count: int = 0
-    in_flight: dict[str, Prefill] = field(default_factory=dict)
-    """request id -> its turn in the prefill lane; removed when its reply ends."""
 
-    def admit(self, rid: str, prompt: int, cached: int, turn: Prefill) -> None:
+    def admit(self, prompt: int, cached: int) -> None:
         """Count one request as the replica takes it (cached: prompt tokens found in the cache)."""
         self.requests += 1
         self.prompt_tokens += prompt
         self.hits += cached
-        self.in_flight[rid] = turn
 
-    def served(self, rid: str, ttft_s: float | None, tokens: int) -> None:
+    def served(self, ttft_s: float | None, tokens: int) -> None:
         """Its reply is over: count the tokens it got and, if its first token came, that TTFT."""
-        self.in_flight.pop(rid, None)
         self.generation_tokens += tokens
         if ttft_s is None:
             return

@@ -52,6 +52,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from felab.mock_server.fleet import TTFT_BUCKETS_S, ReplicaStats
+from felab.mock_server.timing import Prefill
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The text format `generate_latest` writes, and the type vLLM's /metrics answers with."""
@@ -72,6 +73,8 @@ class Snapshot:
     faults: Mapping[str, int]
     now: float
     """The server's loop time, for the running and waiting gauges."""
+    in_flight: Sequence[tuple[int, Prefill]] = ()
+    """(replica, turn in its prefill lane) of each request being served (PracticeModel.in_flight)."""
 
 
 class FleetCollector(Collector):
@@ -83,7 +86,7 @@ class FleetCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         snap = self.snapshot()
         yield from self.counters(snap.replicas)
-        yield from self.gauges(snap.replicas, snap.now)
+        yield from self.gauges(snap)
         yield self.ttft(snap.replicas)
         faults = CounterMetricFamily(
             "felab:injected_faults",
@@ -110,17 +113,17 @@ class FleetCollector(Collector):
                 family.add_metric([self.model, str(r.index)], value(r.stats))
             yield family
 
-    def gauges(self, replicas: Sequence[HasStats], now: float) -> Iterator[Metric]:
+    def gauges(self, snap: Snapshot) -> Iterator[Metric]:
         running = GaugeMetricFamily(
             "vllm:num_requests_running", "Requests in prefill or decoding.", labels=LABELS
         )
         waiting = GaugeMetricFamily(
             "vllm:num_requests_waiting", "Requests waiting for the prefill lane.", labels=LABELS
         )
-        for r in replicas:
-            turns = r.stats.in_flight.values()
-            running.add_metric([self.model, str(r.index)], sum(turn.start <= now for turn in turns))
-            waiting.add_metric([self.model, str(r.index)], sum(turn.start > now for turn in turns))
+        for r in snap.replicas:
+            turns = [turn for index, turn in snap.in_flight if index == r.index]
+            running.add_metric([self.model, str(r.index)], sum(turn.start <= snap.now for turn in turns))
+            waiting.add_metric([self.model, str(r.index)], sum(turn.start > snap.now for turn in turns))
         yield from (running, waiting)
 
     def ttft(self, replicas: Sequence[HasStats]) -> Metric:
