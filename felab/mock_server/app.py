@@ -34,7 +34,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from felab.mock_server import metrics
@@ -44,6 +44,8 @@ from felab.mock_server.config import HEALTH_NAME, Settings
 from felab.mock_server.faults import ERRORS, RETRY_AFTER_S, Faults, StreamCut
 from felab.mock_server.intake import Admission, Intake
 from felab.mock_server.replies import CHAT, COMPLETION, DONE, Reply, Shape, reply_text
+from felab.mock_server.sse import EventStream, Piece
+from felab.mock_server.waits import PRECISE_S, OnTime, clock, sleep_until, wake_up
 from felab.mock_server.wire import (
     ApiError,
     ChatRequest,
@@ -66,6 +68,8 @@ class ServerState:
     waiting: dict[int, set[asyncio.Future[None]]] = field(default_factory=dict)
     """Per replica: the wake-ups of requests waiting for their first token, so that a cancel
     ahead of them in the lane can wake them early (their booked time moved up)."""
+    on_time: OnTime = field(default_factory=OnTime)
+    """Sends first tokens on time (waits.py)."""
 
     @classmethod
     def fresh(cls, s: Settings) -> ServerState:
@@ -81,37 +85,14 @@ class ServerState:
 
 # ── Waiting for the booked times ─────────────────────────────────────────────
 
-PRECISE_S = 0.002
 CLIENT_CLOSED = 499
-
-
-async def sleep_until(deadline: float, precise: bool = False) -> None:
-    """Sleep until `deadline` (loop time).
-
-    asyncio wakes a timer up to about 1 ms late (the kernel call takes whole
-    milliseconds). For the first token, whose time the client measures, a
-    `precise` sleep stops PRECISE_S early and then yields to the event loop
-    until the deadline has passed. Later tokens do not spin: that would cost
-    CPU on every token for no visible gain.
-    """
-    loop = asyncio.get_running_loop()
-    delay = deadline - loop.time() - (PRECISE_S if precise else 0.0)
-    if delay > 0:
-        await asyncio.sleep(delay)
-    while precise and loop.time() < deadline:
-        await asyncio.sleep(0)
-
-
-def wake_up(wake: asyncio.Future[None]) -> None:
-    if not wake.done():
-        wake.set_result(None)
 
 
 async def until_first_token(state: ServerState, booking: Booking) -> None:
     """Wait for the booked first token; if a request ahead is cancelled, the time moves up."""
     loop = asyncio.get_running_loop()
     waiting = state.waiting.setdefault(booking.replica.index, set())
-    while (delay := booking.first_token_at - loop.time() - PRECISE_S) > 0:
+    while (delay := booking.first_token_at - clock() - PRECISE_S) > 0:
         # What asyncio.sleep does (a future and a timer), with the future where a cancel can
         # reach it: no task per request, which a burst of 64 arrivals would feel.
         wake: asyncio.Future[None] = loop.create_future()
@@ -122,7 +103,7 @@ async def until_first_token(state: ServerState, booking: Booking) -> None:
         finally:
             timer.cancel()
             waiting.discard(wake)
-    await sleep_until(booking.first_token_at, precise=True)
+    await state.on_time.until(booking.first_token_at)  # to the microsecond: the client measures this one
 
 
 async def hung_up(request: Request) -> None:
@@ -134,28 +115,33 @@ async def hung_up(request: Request) -> None:
 # ── Replies ──────────────────────────────────────────────────────────────────
 
 
-async def stream_events(state: ServerState, booking: Booking, reply: Reply) -> AsyncIterator[str]:
-    """A streamed reply (chat or completion): any opening at once, then one chunk per token at its time."""
+async def stream_events(state: ServerState, booking: Booking, reply: Reply) -> AsyncIterator[Piece]:
+    """A streamed reply (chat or completion): any opening at once, then one chunk per token at its time.
+
+    What is due at the same moment goes out in one piece: the last token, the usage chunk and
+    `[DONE]`, with the end of the body (`more` False).
+    """
     done = False
     try:
         # Chat's role chunk arrives at once, as on many servers; a TTFT taken at the
         # first chunk of any kind would read ~0 ms here. felab waits for content.
         if opening := reply.opening(booking):
-            yield opening
+            yield opening.encode(), True
         await until_first_token(state, booking)
+        last = booking.reply_tokens - 1
         for i in range(booking.reply_tokens):
             await sleep_until(booking.token_at(i))
             if reply.fault == "cut" and i == booking.reply_tokens // 2:
                 raise StreamCut(booking.rid)  # uvicorn closes the connection mid-body
-            yield reply.token(booking, i)
-        if reply.include_usage:  # the usage comes last, with no choices
-            yield reply.usage(booking)
+            if i < last:
+                yield reply.token(booking, i).encode(), True
+        ending = reply.token(booking, last) + (reply.usage(booking) if reply.include_usage else "")
         state.model.finish(booking)  # every token sent: counted before [DONE] reaches the client
         done = True
-        yield DONE
+        yield (ending + DONE).encode(), False
     finally:  # also when the client goes away mid-reply: count only what it got
         if not done:
-            state.cancel(booking, asyncio.get_running_loop().time())
+            state.cancel(booking, clock())
 
 
 async def reply_due(state: ServerState, booking: Booking) -> None:
@@ -175,7 +161,7 @@ async def whole_reply(state: ServerState, booking: Booking, reply: Reply, reques
         gone.cancel()
         due.cancel()
     if hung:
-        state.cancel(booking, asyncio.get_running_loop().time())
+        state.cancel(booking, clock())
         return Response(status_code=CLIENT_CLOSED)  # nobody reads it; nginx's code for this
     state.model.finish(booking)
     return JSONResponse(reply.whole(booking), headers=headers_for(booking))
@@ -232,7 +218,7 @@ def book(
     session = request.headers.get("x-session-affinity") or req.user
     prompt = Prompt(len(tokens), block_keys(tokens, s.block_tokens), session)  # hashed once, on arrival
     intake: Admission = request.state.intake
-    booking = state.model.book(prompt, len(words), intake.arrival, asyncio.get_running_loop().time())
+    booking = state.model.book(prompt, len(words), intake.arrival, clock())
     intake.admitted()  # booked: the next request may be admitted
     usage = req.stream_options or StreamOptions()
     continuous = usage.include_usage and usage.continuous_usage_stats  # as vLLM: only with include_usage
@@ -243,8 +229,7 @@ async def answer(state: ServerState, request: Request, req: Sampling, text: str,
     """Book the request, then write its reply, streamed or whole, at the booked times."""
     booking, reply = book(state, request, req, text, shape)
     if reply.stream:
-        events = stream_events(state, booking, reply)
-        return StreamingResponse(events, media_type="text/event-stream", headers=headers_for(booking))
+        return EventStream(stream_events(state, booking, reply), headers_for(booking))
     return await whole_reply(state, booking, reply, request)
 
 
@@ -358,7 +343,7 @@ def info_routes(settings: Settings, state: Callable[[], ServerState]) -> list[Ro
 
     def snapshot() -> metrics.Snapshot:
         s = state()
-        now = asyncio.get_running_loop().time()
+        now = clock()
         return metrics.Snapshot(s.model.fleet.replicas, s.faults.injected, now, s.model.in_flight())
 
     page = metrics.registry(settings.model, snapshot)  # this server's own registry

@@ -22,22 +22,27 @@ is bounded in requests (about 25 s in all).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
+import socket
 import statistics
+import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import click
 
 from felab.connect import client
 from felab.mock_server.cache import PrefixCache, block_keys, tokenize
-from felab.mock_server.launch import practice_server
+from felab.mock_server.launch import free_port, practice_server
 from felab.mock_server.metrics import scrape
-from felab.stats import percentile
+from felab.stats import percentile, ratio
 from felab.streaming import stream_once
 from felab.tables import table
 from felab.targets import NO_KEY, Target
@@ -114,16 +119,18 @@ async def lean_stream(url: str, payload: bytes) -> tuple[float, float, int]:
         conn.close()
 
 
-async def fidelity(url: str, streams: int, requests_per_stream: int) -> list[dict]:
+async def fidelity(
+    url: str, streams: int, requests_per_stream: int, lengths: tuple[int, ...] = LENGTHS, max_tokens: int = 4
+) -> list[dict]:
     """`streams` clients, each on its own connection sending its requests one after another.
 
     All connections are opened first; then every stream sends its first request at once.
     """
     # Stream k sends the lengths in turn, starting at the k-th: every length is in every round.
-    plans = [[LENGTHS[(k + i) % len(LENGTHS)] for i in range(requests_per_stream)] for k in range(streams)]
+    plans = [[lengths[(k + i) % len(lengths)] for i in range(requests_per_stream)] for k in range(streams)]
     conns = await asyncio.gather(*(LeanConnection(url).open() for _ in range(streams)))
     # Every request's body is built before the first is sent: the client does no work during a round.
-    payloads = [[body(n) for n in plan] for plan in plans]
+    payloads = [[body(n, max_tokens) for n in plan] for plan in plans]
 
     async def one_client(conn: LeanConnection, plan: list[int], bodies: list[bytes]) -> list[dict]:
         out = []
@@ -173,6 +180,82 @@ def error_rows(records: list[dict]) -> list[dict]:
                     "error_p99_ms": percentile(errors, 99),
                 }
             )
+    return rows
+
+
+# ── The floor: the same client, a server that only keeps the schedule ───────
+
+FIFTY_MS_MODEL = ("--overhead-ms", "50", "--prefill-tps", "1e9")
+"""The practice server as a 50 ms model, the floor's schedule: the overhead is the whole TTFT
+(a 100-token prompt prefills in 0.1 µs, so 64 at once do not queue)."""
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
+    """Poll until something accepts connections on 127.0.0.1:port (or the process died)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        time.sleep(0.005)
+    raise RuntimeError(f"nothing listened on port {port} within {timeout_s:g} s (exit {proc.poll()})")
+
+
+@contextlib.contextmanager
+def server_process(module: str, *args: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`python -m module --port P *args` (the floor: `module P`) on a free port: (its …/v1 URL, process)."""
+    port = free_port()
+    flags = [str(port)] if module.endswith("floor") else ["--port", str(port), *args]
+    proc = subprocess.Popen([sys.executable, "-m", module, *flags], stdout=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, proc)
+        yield f"http://127.0.0.1:{port}/v1", proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+async def versus_floor(urls: dict[str, str], reps: int, per_stream: dict[int, int]) -> list[dict]:
+    """Each server in turn, at 1 and then 64 streams, `reps` times; the order flips every rep."""
+    records = []
+    for rep in range(reps):
+        for streams, n in per_stream.items():
+            for name in list(urls)[:: 1 if rep % 2 == 0 else -1]:
+                done = await fidelity(urls[name], streams, n, lengths=(100,), max_tokens=1)
+                records += [{**r, "server": name} for r in done]
+    return records
+
+
+def floor_rows(records: list[dict]) -> list[dict]:
+    """Median and p99 of |TTFT error| per server and streams, and practice / floor."""
+    rows = []
+    for streams in sorted({r["streams"] for r in records}):
+        row: dict[str, Any] = {"streams": streams}
+        for name in ("practice", "floor"):
+            errors = [
+                abs(r["measured_ms"] - r["predicted_ms"])
+                for r in records
+                if r["server"] == name and r["streams"] == streams
+            ]
+            row["requests"] = len(errors)
+            row[f"{name}_p50_ms"] = percentile(errors, 50)
+            row[f"{name}_p99_ms"] = percentile(errors, 99)
+        row["ratio_p50"] = ratio(row["practice_p50_ms"], row["floor_p50_ms"])
+        row["ratio_p99"] = ratio(row["practice_p99_ms"], row["floor_p99_ms"])
+        rows.append(row)
+    return rows
+
+
+def measure_floor(reps: int, one: int, per_stream_64: int) -> list[dict]:
+    """The practice server (a 50 ms model) and the floor, side by side, alternating."""
+    with (
+        server_process("felab.mock_server", *FIFTY_MS_MODEL) as (practice, _),
+        server_process("felab.mock_server.floor") as (floor, _),
+    ):
+        click.echo(f"\nthe floor: a 50 ms schedule, {reps} alternating runs of each ...", err=True)
+        records = asyncio.run(versus_floor({"practice": practice, "floor": floor}, reps, {1: one, 64: per_stream_64}))
+    rows = floor_rows(records)
+    click.echo("\n|TTFT error| against a 50 ms schedule: the practice server and the floor, same client (ms)\n")
+    click.echo(table(rows, floatfmt=".2f"))
     return rows
 
 

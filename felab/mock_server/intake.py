@@ -10,6 +10,7 @@ a second does not hold the server.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -43,7 +44,7 @@ class Intake:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        arrival = asyncio.get_running_loop().time()  # before the body is read and parsed
+        arrival = time.monotonic()  # before the body is read and parsed (app.clock: the server's clock)
         await asyncio.sleep(0)  # requests that came in together all note their arrival before any is parsed
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared and declared.isdigit() and int(declared) > self.limit:

@@ -1,0 +1,63 @@
+"""How a streamed reply is written: server-sent events straight to the connection, at their times.
+
+A streamed reply is a series of pieces, each written the moment it is due. Two
+things make it cheap enough that 64 streams keep their schedule on two cores
+(docs/benchmarks.md, "The floor"):
+
+    one write per moment   pieces due at the same moment go out in one write: the last
+                           token, the usage chunk and `[DONE]`, with the end of the body
+    one watcher per reply  a single task waits for the client to hang up and cancels the
+                           reply where it stands (the reply's own `finally` gives its time
+                           back); Starlette's StreamingResponse runs a task group of two
+
+A hang-up is noticed at once, also while the reply waits for its first token: the
+booked time it will not use goes back to the prefill lane (booking.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+Piece = tuple[bytes, bool]
+"""What a reply yields: the bytes due now, and whether more will follow."""
+
+
+class EventStream:
+    """An ASGI response: `text/event-stream`, written piece by piece as `events` yields them."""
+
+    def __init__(self, events: AsyncIterator[Piece], headers: Mapping[str, str]) -> None:
+        self.events = events
+        self.headers = [(b"content-type", b"text/event-stream; charset=utf-8")] + [
+            (k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()
+        ]
+        self.over = False
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        watcher = asyncio.ensure_future(_hung_up(receive))
+        watcher.add_done_callback(lambda w: None if self.over or w.cancelled() else task.cancel())
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.headers})
+            more = True
+            async for body, more in self.events:
+                await send({"type": "http.response.body", "body": body, "more_body": more})
+            if more:  # the events ended without saying so: end the body
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if self.over or not watcher.done() or watcher.cancelled():
+                raise  # not a hang-up: the server is stopping
+            if sys.version_info >= (3, 11):
+                task.uncancel()  # the hang-up's cancel is handled here
+        finally:
+            self.over = True
+            watcher.cancel()
+
+
+async def _hung_up(receive: Any) -> None:
+    """Return when the client closes its connection (the body was read already: nothing else comes)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
