@@ -25,6 +25,8 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from felab.mock_server.config import Settings
+from felab.mock_server.intake import ARRIVAL
+from felab.mock_server.waits import clock
 
 
 class TimelyHttp(HttpToolsProtocol):
@@ -47,6 +49,7 @@ class TimelyHttp(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._stop_head_timer()
+        self.scope["state"][ARRIVAL] = clock()  # the request has arrived: every cost after this is its own
         super().on_headers_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -76,4 +79,5 @@ def uvicorn_config(app: Any, host: str, port: int, settings: Settings) -> uvicor
         access_log=False,
         http=timely_http(settings.request_timeout_s),
         timeout_keep_alive=settings.idle_timeout_s,
+        loop=__import__("os").environ.get("FELAB_LOOP", "auto"),
     )

@@ -214,12 +214,13 @@ def server_process(module: str, *args: str) -> Iterator[tuple[str, subprocess.Po
         proc.wait(timeout=10)
 
 
-async def versus_floor(urls: dict[str, str], reps: int, per_stream: dict[int, int]) -> list[dict]:
-    """Each server in turn, at 1 and then 64 streams, `reps` times; the order flips every rep."""
+async def versus_floor(urls: dict[str, str], blocks: int, plan: dict[int, int]) -> list[dict]:
+    """Short blocks of each server in turn, `blocks` each, per number of streams (`plan`: streams ->
+    requests per stream in a block); the order flips every block, so both see the same machine."""
     records = []
-    for rep in range(reps):
-        for streams, n in per_stream.items():
-            for name in list(urls)[:: 1 if rep % 2 == 0 else -1]:
+    for streams, n in plan.items():
+        for block in range(blocks):
+            for name in list(urls)[:: 1 if block % 2 == 0 else -1]:
                 done = await fidelity(urls[name], streams, n, lengths=(100,), max_tokens=1)
                 records += [{**r, "server": name} for r in done]
     return records
@@ -245,16 +246,17 @@ def floor_rows(records: list[dict]) -> list[dict]:
     return rows
 
 
-def measure_floor(reps: int, one: int, per_stream_64: int) -> list[dict]:
-    """The practice server (a 50 ms model) and the floor, side by side, alternating."""
+def measure_floor(blocks: int, one: int, per_stream_64: int) -> list[dict]:
+    """The practice server (a 50 ms model) and the floor, side by side, in alternating blocks."""
     with (
         server_process("felab.mock_server", *FIFTY_MS_MODEL) as (practice, _),
         server_process("felab.mock_server.floor") as (floor, _),
     ):
-        click.echo(f"\nthe floor: a 50 ms schedule, {reps} alternating runs of each ...", err=True)
-        records = asyncio.run(versus_floor({"practice": practice, "floor": floor}, reps, {1: one, 64: per_stream_64}))
+        click.echo(f"\nthe floor: a 50 ms schedule, {blocks} alternating blocks of each ...", err=True)
+        urls = {"practice": practice, "floor": floor}
+        records = asyncio.run(versus_floor(urls, blocks, {1: one, 64: per_stream_64}))
     rows = floor_rows(records)
-    click.echo("\n|TTFT error| against a 50 ms schedule: the practice server and the floor, same client (ms)\n")
+    click.echo("\n|TTFT error| against a 50 ms schedule, the practice server and the floor, one client (ms)\n")
     click.echo(table(rows, floatfmt=".2f"))
     return rows
 

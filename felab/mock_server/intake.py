@@ -10,12 +10,26 @@ a second does not hold the server.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from felab.mock_server.waits import clock
 from felab.mock_server.wire import ApiError
+
+T = TypeVar("T")
+ARRIVAL = "felab.arrival"
+"""The key in a request's `scope["state"]` where the HTTP protocol notes its arrival (server's clock)."""
+
+
+async def within(seconds: float, work: Coroutine[Any, Any, T]) -> T:
+    """`work`, or asyncio.TimeoutError after `seconds`: with `asyncio.timeout` where Python has it
+    (3.11+), which needs no task of its own, else with `wait_for`."""
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            return await work
+    return await asyncio.wait_for(work, seconds)  # pragma: no cover (Python 3.10)
 
 
 @dataclass
@@ -44,13 +58,14 @@ class Intake:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        arrival = time.monotonic()  # before the body is read and parsed (app.clock: the server's clock)
-        await asyncio.sleep(0)  # requests that came in together all note their arrival before any is parsed
+        # Noted by the HTTP protocol when the head was parsed (connections.py), before any work on
+        # it: requests read together all have their arrival before any is parsed.
+        arrival = (scope.get("state") or {}).get(ARRIVAL) or clock()
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared and declared.isdigit() and int(declared) > self.limit:
             return await self._refuse(send, 413, self._too_large())
         try:
-            body = await asyncio.wait_for(self._read(receive), self.timeout_s)
+            body = await within(self.timeout_s, self._read(receive))
         except asyncio.TimeoutError:
             return await self._refuse(
                 send, 408, f"The request body did not arrive within {self.timeout_s:g} s."

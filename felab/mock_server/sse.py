@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 Piece = tuple[bytes, bool]
@@ -28,7 +28,7 @@ Piece = tuple[bytes, bool]
 class EventStream:
     """An ASGI response: `text/event-stream`, written piece by piece as `events` yields them."""
 
-    def __init__(self, events: AsyncIterator[Piece], headers: Mapping[str, str]) -> None:
+    def __init__(self, events: AsyncGenerator[Piece, None], headers: Mapping[str, str]) -> None:
         self.events = events
         self.headers = [(b"content-type", b"text/event-stream; charset=utf-8")] + [
             (k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()
@@ -45,8 +45,14 @@ class EventStream:
             more = True
             async for body, more in self.events:
                 await send({"type": "http.response.body", "body": body, "more_body": more})
-            if more:  # the events ended without saying so: end the body
+                if not more:
+                    break
+            else:  # the events ended without saying so: end the body
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
+            self.over = True
+            # Written. Other replies due at this moment go first; what is left (closing the
+            # reply, uvicorn's bookkeeping) is not late for anyone.
+            await asyncio.sleep(0)
         except asyncio.CancelledError:
             if self.over or not watcher.done() or watcher.cancelled():
                 raise  # not a hang-up: the server is stopping
@@ -55,6 +61,7 @@ class EventStream:
         finally:
             self.over = True
             watcher.cancel()
+            await self.events.aclose()
 
 
 async def _hung_up(receive: Any) -> None:
