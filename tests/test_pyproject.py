@@ -40,3 +40,12 @@ def test_linux_gets_mlx_from_the_engines_extra() -> None:
     engines = [Requirement(r) for r in PROJECT["optional-dependencies"]["engines"]]
     names = {r.name for r in engines if r.marker is None or r.marker.evaluate(LINUX)}
     assert {"mlx", "mlx-lm"} <= names
+
+
+def test_uvloop_only_where_it_builds() -> None:
+    # uvicorn takes uvloop when it can import it (loop="auto"); Windows and PyPy run asyncio's loop.
+    uvloop = core("uvloop")
+    assert uvloop.marker is not None
+    assert uvloop.marker.evaluate(LINUX) and uvloop.marker.evaluate(APPLE_SILICON)
+    assert not uvloop.marker.evaluate({"sys_platform": "win32", "platform_machine": "AMD64"})
+    assert not uvloop.marker.evaluate({**LINUX, "platform_python_implementation": "PyPy"})

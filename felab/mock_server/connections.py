@@ -79,5 +79,4 @@ def uvicorn_config(app: Any, host: str, port: int, settings: Settings) -> uvicor
         access_log=False,
         http=timely_http(settings.request_timeout_s),
         timeout_keep_alive=settings.idle_timeout_s,
-        loop=__import__("os").environ.get("FELAB_LOOP", "auto"),
     )
