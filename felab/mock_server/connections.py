@@ -27,6 +27,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from felab.mock_server.config import Settings
 from felab.mock_server.intake import ARRIVAL
 from felab.mock_server.waits import clock
+from felab.mock_server.wire import ApiError
 
 
 class TimelyHttp(HttpToolsProtocol):
@@ -55,6 +56,19 @@ class TimelyHttp(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
         super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+        """Malformed HTTP (a bad chunk size, Content-Length with chunked, a bare LF, ...), answered
+        in OpenAI's envelope like every other error; uvicorn's own answer is plain text. uvicorn
+        calls this when its parser gives up, then forgets the connection: it is closed here."""
+        advice = "the request line, the headers or the chunked body do not follow HTTP/1.1"
+        body = ApiError(400, f"{msg.rstrip('.')}: {advice}.").response().body
+        content = [b"HTTP/1.1 400 Bad Request\r\n"]
+        for name, value in self.server_state.default_headers:
+            content += [name, b": ", value, b"\r\n"]
+        content += [b"content-type: application/json\r\n", b"content-length: %d\r\n" % len(body)]
+        self.transport.write(b"".join([*content, b"connection: close\r\n\r\n", body]))
+        self.transport.close()
 
     def _stop_head_timer(self) -> None:
         timer = getattr(self, "head_timer", None)

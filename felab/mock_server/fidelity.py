@@ -256,7 +256,9 @@ def measure_floor(blocks: int, one: int, per_stream_64: int) -> list[dict]:
         urls = {"practice": practice, "floor": floor}
         records = asyncio.run(versus_floor(urls, blocks, {1: one, 64: per_stream_64}))
     rows = floor_rows(records)
-    click.echo("\n|TTFT error| against a 50 ms schedule, the practice server and the floor, one client (ms)\n")
+    click.echo(
+        "\n|TTFT error| against a 50 ms schedule, the practice server and the floor, one client (ms)\n"
+    )
     click.echo(table(rows, floatfmt=".2f"))
     return rows
 

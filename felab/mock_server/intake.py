@@ -10,6 +10,7 @@ a second does not hold the server.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -19,6 +20,9 @@ from felab.mock_server.waits import clock
 from felab.mock_server.wire import ApiError
 
 T = TypeVar("T")
+DISCARD_BYTES = 64 * 1024 * 1024
+"""How much of a body over the limit is read and dropped so that its client gets the 413 (above
+this, or past the request deadline, the connection is closed as it stands)."""
 ARRIVAL = "felab.arrival"
 """The key in a request's `scope["state"]` where the HTTP protocol notes its arrival (server's clock)."""
 
@@ -61,19 +65,9 @@ class Intake:
         # Noted by the HTTP protocol when the head was parsed (connections.py), before any work on
         # it: requests read together all have their arrival before any is parsed.
         arrival = (scope.get("state") or {}).get(ARRIVAL) or clock()
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared and declared.isdigit() and int(declared) > self.limit:
-            return await self._refuse(send, 413, self._too_large())
-        try:
-            body = await within(self.timeout_s, self._read(receive))
-        except asyncio.TimeoutError:
-            return await self._refuse(
-                send, 408, f"The request body did not arrive within {self.timeout_s:g} s."
-            )
-        except _TooLarge:
-            return await self._refuse(send, 413, self._too_large())
+        body = await self._body(scope, receive, send)
         if body is None:
-            return None  # the client left before its body was whole
+            return None  # refused (413, 408), or the client left before its body was whole
         await self.turn.acquire()
         admitted = False
 
@@ -90,6 +84,25 @@ class Intake:
         finally:
             admit()  # other routes, and errors: the turn passes when the reply is done
 
+    async def _body(self, scope: dict, receive: Any, send: Any) -> bytes | None:
+        """The whole body; None once the request is refused (413, 408) or its client left."""
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            # A client that waits for `100 Continue` (curl) has not sent the body: refuse at once.
+            if headers.get(b"expect", b"").lower() != b"100-continue" and int(declared) <= DISCARD_BYTES:
+                await self._discard(receive)
+            await self._refuse(send, 413, self._too_large())
+            return None
+        try:
+            return await within(self.timeout_s, self._read(receive))
+        except asyncio.TimeoutError:
+            await self._refuse(send, 408, f"The request body did not arrive within {self.timeout_s:g} s.")
+        except _TooLarge:
+            await self._discard(receive)
+            await self._refuse(send, 413, self._too_large())
+        return None
+
     async def _read(self, receive: Any) -> bytes | None:
         """The whole body; None if the client disconnects first, _TooLarge past the limit."""
         body, more = bytearray(), True
@@ -102,6 +115,25 @@ class Intake:
             if len(body) > self.limit:
                 raise _TooLarge
         return bytes(body)
+
+    async def _discard(self, receive: Any) -> None:
+        """Read and drop the rest of a body too large to keep, up to DISCARD_BYTES and the deadline.
+
+        A client that sends its whole body before it reads (Python's http.client does) would
+        otherwise see its connection reset instead of the 413: the kernel resets a connection
+        closed with unread bytes in it.
+        """
+        dropped, more = 0, True
+
+        async def drain() -> None:
+            nonlocal dropped, more
+            while more and dropped <= DISCARD_BYTES:
+                message = await receive()
+                dropped += len(message.get("body", b""))
+                more = message["type"] != "http.disconnect" and message.get("more_body", False)
+
+        with contextlib.suppress(asyncio.TimeoutError):
+            await within(self.timeout_s, drain())
 
     def _too_large(self) -> str:
         return f"Request body larger than {self.limit} bytes."
