@@ -10,15 +10,18 @@ Read it in this order; each file holds one idea:
     fleet.py     replicas, how a request picks one, and each replica's counters
     booking.py   the booking core: route, look up, queue, insert, count; no HTTP
     app.py       the HTTP layer: OpenAI's routes, translated to and from the core
+    waits.py     waiting for a booked time: the server's clock, first tokens on time
+    sse.py       how a streamed reply is written (one write per moment, one watcher)
     replies.py   what a reply says, in chat's or legacy completions' shape
     wire.py      OpenAI's request bodies (sampling fields checked) and error envelope
     intake.py    how a request comes in: arrival time, body limit and deadline, one admission at a time
-    connections.py  how long a silent or slow connection may wait (uvicorn's protocol, two timers)
+    connections.py  uvicorn's protocol with the kit's limits: silent or slow connections, arrival, bad HTTP
     faults.py    failures on purpose (--fail-rate)
     metrics.py   GET /metrics, with vLLM's names, by prometheus_client
     serve.py     the command line
     launch.py    a throw-away server on a free port (make demo, make smoke, tests)
-    fidelity.py  make bench: measured TTFT against the model's prediction
+    fidelity.py  make bench: measured TTFT against the model's prediction, and against the floor
+    floor.py     make bench's floor: a raw asyncio server that only keeps a 50 ms schedule
 
 Nothing here imports the learner's library (felab/*.py at the top) or the openai SDK,
 except launch.py, which waits for the server with the SDK, and fidelity.py, which measures

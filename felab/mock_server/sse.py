@@ -21,16 +21,21 @@ import sys
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
+from starlette.responses import Response
+
 Piece = tuple[bytes, bool]
 """What a reply yields: the bytes due now, and whether more will follow."""
 
 
-class EventStream:
-    """An ASGI response: `text/event-stream`, written piece by piece as `events` yields them."""
+class EventStream(Response):
+    """An ASGI response: `text/event-stream`, written piece by piece as `events` yields them.
+
+    A Starlette `Response` only by type (a route returns one); nothing of its body handling is used.
+    """
 
     def __init__(self, events: AsyncGenerator[Piece, None], headers: Mapping[str, str]) -> None:
-        self.events = events
-        self.headers = [(b"content-type", b"text/event-stream; charset=utf-8")] + [
+        self.status_code, self.background, self.events = 200, None, events
+        self.raw_headers = [(b"content-type", b"text/event-stream; charset=utf-8")] + [
             (k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()
         ]
         self.over = False
@@ -41,7 +46,7 @@ class EventStream:
         watcher = asyncio.ensure_future(_hung_up(receive))
         watcher.add_done_callback(lambda w: None if self.over or w.cancelled() else task.cancel())
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": self.headers})
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             more = True
             async for body, more in self.events:
                 await send({"type": "http.response.body", "body": body, "more_body": more})
