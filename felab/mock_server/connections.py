@@ -13,7 +13,10 @@ A server that waits forever for a client can be held by one that never finishes
                OpenAI's envelope (intake.py)
 
 uvicorn's httptools protocol is used as is, with two timers added; its own keep-alive
-timer and handler close the connection.
+timer and handler close the connection. Three more things happen here: each request's
+arrival is noted as soon as its head is parsed (intake.py reads it), a response's head
+goes out in one write with its first body bytes (`HeadWithBody`), and malformed HTTP is
+answered in OpenAI's envelope.
 """
 
 from __future__ import annotations
@@ -30,6 +33,40 @@ from felab.mock_server.waits import clock
 from felab.mock_server.wire import ApiError
 
 
+class HeadWithBody:
+    """A connection's transport as uvicorn's request cycles see it: a response's head (its status
+    line and headers, which uvicorn writes on their own) is held until the response's first body
+    bytes and goes out with them, in one write: one system call and one wake-up of the client
+    instead of two (a streamed chat reply's role chunk follows its head at once; a whole reply's
+    body too). A head with nothing after it goes out alone at the end of the event loop's pass.
+    `100 Continue` is never held: the client waits for it before it sends the body.
+    """
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self.transport, self.loop, self.held = transport, loop, b""
+
+    def write(self, data: bytes) -> None:
+        if self.held:
+            data, self.held = self.held + data, b""
+        elif data.startswith(b"HTTP/1.1 ") and data.endswith(b"\r\n\r\n") and data[9:12] != b"100":
+            self.held = data
+            self.loop.call_soon(self.flush)
+            return
+        self.transport.write(data)
+
+    def flush(self) -> None:
+        if self.held:
+            data, self.held = self.held, b""
+            self.transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self.transport.close()
+
+    def __getattr__(self, name: str) -> Any:  # is_closing(), get_extra_info(), ...: the transport's own
+        return getattr(self.transport, name)
+
+
 class TimelyHttp(HttpToolsProtocol):
     """uvicorn's HTTP protocol, with a deadline for a new connection's first byte and for each head."""
 
@@ -37,7 +74,8 @@ class TimelyHttp(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         # (uvicorn's own signature narrows asyncio.Protocol's in the same way)
-        super().connection_made(transport)
+        super().connection_made(transport)  # uvicorn's flow control keeps the transport itself
+        self.transport = HeadWithBody(transport, self.loop)  # type: ignore[assignment]
         self.head_timer: asyncio.TimerHandle | None = None
         # Idle from the start: uvicorn arms this only after a first reply. Any byte cancels it.
         self.timeout_keep_alive_task = self.loop.call_later(

@@ -1,6 +1,7 @@
 """How a request enters the practice server: its arrival time, a body limit, one admission at a time.
 
-The arrival is noted before anything else, so the time the server takes to read
+The arrival is noted before anything else (by the HTTP protocol, as soon as the head is
+parsed: connections.py), so the time the server takes to read
 and parse a request counts against it, as it would on a real server. The body
 must arrive within the request deadline (`--request-timeout`), or the client
 gets a 408 in OpenAI's envelope and the connection is closed: a body sent a byte
@@ -51,8 +52,9 @@ class Intake:
 
     Admission is one request at a time: each waits its turn (`self.turn`) after its body is
     read, and the route hands the turn on as soon as the request is booked. The event loop
-    reads new requests between two turns, so when many arrive at once each notes its
-    arrival time as it comes in, instead of after all the others have been parsed.
+    reads new requests between two turns (the next in line is woken on the next pass), and
+    the HTTP protocol notes each one's arrival as it reads its head (connections.py), so when
+    many arrive at once none waits for the others to be parsed before its clock starts.
     """
 
     def __init__(self, app: Any, limit: int, timeout_s: float) -> None:
@@ -78,8 +80,9 @@ class Intake:
                 self.turn.release()
 
         scope.setdefault("state", {})["intake"] = Admission(arrival, admit)  # Starlette's request.state
+        # A request waiting for its turn is woken on the next pass of the event loop: new
+        # requests are read between two admissions.
         try:
-            await asyncio.sleep(0)  # a pass of the event loop between two admissions: it reads new requests
             await self.app(scope, _replay(body, receive), send)
         finally:
             admit()  # other routes, and errors: the turn passes when the reply is done

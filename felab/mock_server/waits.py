@@ -45,10 +45,11 @@ class OnTime:
         self.due: list[tuple[float, int, asyncio.Future[None]]] = []
         self.order = itertools.count()  # ties: first come, first woken (futures do not compare)
         self.checking = False
+        self.loop: asyncio.AbstractEventLoop  # the server's, known at the first wait
 
     async def until(self, deadline: float) -> None:
         """Return once the clock has reached `deadline` (PRECISE_S early on a timer, then each pass)."""
-        loop = asyncio.get_running_loop()
+        loop = self.loop = asyncio.get_running_loop()
         wake: asyncio.Future[None] = loop.create_future()
         delay = deadline - clock() - PRECISE_S
         timer = loop.call_later(delay, self._watch, deadline, wake) if delay > 0 else None
@@ -64,13 +65,13 @@ class OnTime:
         heapq.heappush(self.due, (deadline, next(self.order), wake))
         if not self.checking:
             self.checking = True
-            asyncio.get_running_loop().call_soon(self._check)
+            self.loop.call_soon(self._check)
 
     def _check(self) -> None:
         now = clock()
         while self.due and self.due[0][0] <= now:
             wake_up(heapq.heappop(self.due)[2])
         if self.due:
-            asyncio.get_running_loop().call_soon(self._check)  # again on the next pass
+            self.loop.call_soon(self._check)  # again on the next pass
         else:
             self.checking = False
