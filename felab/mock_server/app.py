@@ -46,7 +46,7 @@ from felab.mock_server.faults import ERRORS, RETRY_AFTER_S, Faults, StreamCut
 from felab.mock_server.intake import Admission, Intake
 from felab.mock_server.replies import CHAT, COMPLETION, DONE, Reply, Shape, reply_text
 from felab.mock_server.sse import EventStream, Piece
-from felab.mock_server.waits import PRECISE_S, OnTime, clock, sleep_until, wake_up
+from felab.mock_server.waits import OnTime, clock, sleep_until, wake_up
 from felab.mock_server.wire import (
     ApiError,
     ChatRequest,
@@ -90,21 +90,18 @@ CLIENT_CLOSED = 499
 
 
 async def until_first_token(state: ServerState, booking: Booking) -> None:
-    """Wait for the booked first token; if a request ahead is cancelled, the time moves up."""
-    loop = asyncio.get_running_loop()
+    """Wait for the booked first token, to a fraction of a millisecond (waits.OnTime); if a
+    request ahead is cancelled, the time moves up and the wait is woken to look again."""
     waiting = state.waiting.setdefault(booking.replica.index, set())
-    while (delay := booking.first_token_at - clock() - PRECISE_S) > 0:
-        # What asyncio.sleep does (a future and a timer), with the future where a cancel can
-        # reach it: no task per request, which a burst of 64 arrivals would feel.
-        wake: asyncio.Future[None] = loop.create_future()
-        timer = loop.call_later(delay, wake_up, wake)
+    while clock() < booking.first_token_at:
+        # One future, set at the booked time or sooner by a cancel: no task per request, which
+        # a burst of 64 arrivals would feel.
+        wake = state.on_time.at(booking.first_token_at)
         waiting.add(wake)
         try:
             await wake
         finally:
-            timer.cancel()
             waiting.discard(wake)
-    await state.on_time.until(booking.first_token_at)  # to the microsecond: the client measures this one
 
 
 async def hung_up(request: Request) -> None:

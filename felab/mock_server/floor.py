@@ -5,8 +5,8 @@
 A raw HTTP/1.1 server on the standard library's asyncio (no uvicorn, no Starlette,
 no parsing of the body, no model): it reads a request's head, notes its arrival,
 reads the body (Content-Length bytes), sleeps until FLOOR_TTFT_S after the arrival
-(with the practice server's own precise wait for a first token, waits.OnTime: standard
-library only), and writes one SSE
+(precisely: a timer to PRECISE_S before the deadline, then passes of the event loop until
+it, which costs CPU but nothing here competes for it), and writes one SSE
 chunk with text, in the practice server's chat shape, with the prediction in
 `x-felab-predicted-ttft-ms`. A `GET` gets an empty JSON object (the bench's client
 warms its connections with `GET /health`).
@@ -21,9 +21,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from felab.mock_server.waits import OnTime, clock
-
 FLOOR_TTFT_S = 0.050
+PRECISE_S = 0.002
 EVENT = b'data: {"choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": null}]}\n\n'
 STREAM = (
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
@@ -35,8 +34,9 @@ STREAM = (
 EMPTY = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
 
 
-async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, on_time: OnTime) -> None:
+async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """Answer requests on one keep-alive connection until the client closes it."""
+    clock = asyncio.get_running_loop().time
     try:
         while head := await reader.readuntil(b"\r\n\r\n"):
             deadline = clock() + FLOOR_TTFT_S  # arrived: its head is read
@@ -52,7 +52,9 @@ async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
             if head.startswith(b"GET"):
                 writer.write(EMPTY)
                 continue
-            await on_time.until(deadline)
+            await asyncio.sleep(deadline - clock() - PRECISE_S)
+            while clock() < deadline:
+                await asyncio.sleep(0)
             writer.write(STREAM)
     except (asyncio.IncompleteReadError, ConnectionError):
         pass
@@ -61,8 +63,7 @@ async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
 
 
 async def serve(port: int) -> None:
-    on_time = OnTime()
-    server = await asyncio.start_server(lambda r, w: connection(r, w, on_time), "127.0.0.1", port)
+    server = await asyncio.start_server(connection, "127.0.0.1", port)
     async with server:
         await server.serve_forever()
 

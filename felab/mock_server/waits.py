@@ -1,13 +1,16 @@
-"""Waiting for a booked time: the server's clock, and a first token sent on time to the microsecond.
+"""Waiting for a booked time: the server's clock, and a first token sent on time to a fraction of a ms.
 
-The event loop wakes a timer up to about 1 ms late (the kernel's wait counts whole
-milliseconds). For most tokens that is fine. The first token is the one a client's
-TTFT measures, so it is sent precisely: a timer wakes its request PRECISE_S early,
-and from then on one callback per pass of the event loop (`OnTime`) checks the
-clock and wakes every request whose time has come. One check per pass for all the
-requests in that window, not a pass of each request's whole call stack (which is
-what `await asyncio.sleep(0)` in a loop costs: 64 requests due together would
-each be resumed hundreds of times).
+The event loop's own timers count whole milliseconds (the kernel's wait is given in ms,
+and uvloop's clock counts ms), so a sleeper wakes up to about 1 ms late. For most tokens
+that is fine. The first token is the one a client's TTFT measures, so it is sent
+precisely (`OnTime`): a helper thread sleeps until the earliest first token on the
+system's high-resolution timer and wakes the event loop EARLY_S before it; from then on,
+one check per pass of the event loop wakes every request whose time has come.
+
+Measured on 2 shared cores at 64 streams (docs/benchmarks.md): the first version spun the
+event loop for the last 2 ms before every deadline, and with 64 streams some deadline was
+nearly always that close: a quarter of the server's CPU went to spinning, and the busier
+process kept its schedule worse. The thread costs a wake-up per deadline instead.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import math
+import threading
 import time
 
 clock = time.monotonic
@@ -22,8 +27,11 @@ clock = time.monotonic
 loop.time() is this clock too, but uvloop's counts whole milliseconds, which would round every
 arrival and deadline. Timers are set from it by their delay (call_later), on either loop."""
 
-PRECISE_S = 0.002
-"""How early the timer of a precise wait fires; the rest is checked on every pass of the loop."""
+EARLY_S = 0.0003
+"""How early OnTime's thread wakes the event loop (a wake-up across threads takes ~0.1-0.2 ms);
+the rest is checked on each pass of the loop."""
+IDLE_S = 5.0
+"""OnTime's thread ends after this long with nothing to wait for (it starts again when needed)."""
 
 
 def wake_up(wake: asyncio.Future[None]) -> None:
@@ -39,39 +47,73 @@ async def sleep_until(deadline: float) -> None:
 
 
 class OnTime:
-    """Wakes each waiter at its deadline, checked once per pass of the event loop near the time."""
+    """Wakes each waiter at its deadline: a thread sleeps until just before the earliest one, then
+    the event loop checks the clock on each pass until it has come."""
 
     def __init__(self) -> None:
-        self.due: list[tuple[float, int, asyncio.Future[None]]] = []
+        self.due: list[tuple[float, int, asyncio.Future[None]]] = []  # the event loop's only
         self.order = itertools.count()  # ties: first come, first woken (futures do not compare)
         self.checking = False
-        self.loop: asyncio.AbstractEventLoop  # the server's, known at the first wait
+        self.alarm = math.inf  # when the thread must wake the loop; shared, under `changed`
+        self.changed = threading.Condition()
+        self.thread: threading.Thread | None = None
+        self.loop: asyncio.AbstractEventLoop
 
     async def until(self, deadline: float) -> None:
-        """Return once the clock has reached `deadline` (PRECISE_S early on a timer, then each pass)."""
-        loop = self.loop = asyncio.get_running_loop()
-        wake: asyncio.Future[None] = loop.create_future()
-        delay = deadline - clock() - PRECISE_S
-        timer = loop.call_later(delay, self._watch, deadline, wake) if delay > 0 else None
-        if timer is None:
-            self._watch(deadline, wake)
-        try:
-            await wake
-        finally:
-            if timer is not None:
-                timer.cancel()
+        """Return once the clock has reached `deadline`."""
+        await self.at(deadline)
 
-    def _watch(self, deadline: float, wake: asyncio.Future[None]) -> None:
+    def at(self, deadline: float) -> asyncio.Future[None]:
+        """A future done when the clock reaches `deadline` (or sooner, if someone sets it: a cancel
+        ahead in the prefill lane moves a first token up)."""
+        self.loop = asyncio.get_running_loop()
+        wake: asyncio.Future[None] = self.loop.create_future()
+        if deadline <= clock():
+            wake.set_result(None)
+            return wake
         heapq.heappush(self.due, (deadline, next(self.order), wake))
+        self._look()
+        return wake
+
+    def _look(self) -> None:
+        """Check now, unless the loop already checks on each pass (it will see the newcomer)."""
         if not self.checking:
-            self.checking = True
-            self.loop.call_soon(self._check)
+            self._check()
 
     def _check(self) -> None:
+        """Wake the waiters whose time has come; then check again next pass, or set the thread's alarm."""
         now = clock()
         while self.due and self.due[0][0] <= now:
             wake_up(heapq.heappop(self.due)[2])
-        if self.due:
-            self.loop.call_soon(self._check)  # again on the next pass
-        else:
-            self.checking = False
+        self.checking = bool(self.due) and self.due[0][0] - now <= EARLY_S
+        if self.checking:
+            self.loop.call_soon(self._check)  # this close, each pass of the loop checks
+        elif self.due:
+            self._alarm(self.due[0][0] - EARLY_S)
+
+    def _alarm(self, at: float) -> None:
+        with self.changed:
+            if at < self.alarm:
+                self.alarm = at
+                self.changed.notify()
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._sleeper, name="felab-on-time", daemon=True)
+                self.thread.start()
+
+    def _sleeper(self) -> None:
+        """The thread: sleep until the alarm (or a sooner one is set), then wake the event loop."""
+        while True:
+            with self.changed:
+                while (wait := self.alarm - clock()) > 0:
+                    if math.isinf(wait) and not self.changed.wait(IDLE_S):
+                        self.thread = None  # nothing to wait for: end (started again when needed)
+                        return
+                    if not math.isinf(wait):
+                        self.changed.wait(wait)
+                self.alarm = math.inf
+            try:
+                self.loop.call_soon_threadsafe(self._look)
+            except RuntimeError:  # the event loop is closed: the server has stopped
+                with self.changed:
+                    self.thread = None
+                return
