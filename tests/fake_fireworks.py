@@ -19,7 +19,8 @@ what arrived in `requests`. It can also misbehave as a hostile or broken
 server would: redirect to another origin (`redirect_to`), trickle its replies
 (`trickle_s`), send a huge page (`huge_bytes`), gzip a reply nobody asked to be
 compressed (`gzip`), repeat the Authorization header in an error (`echo_key`),
-or stream a reply without text (`no_text`).
+stream a reply without text (`no_text`), or end page 1 of the deployments with
+an odd `nextPageToken` such as `false`, `0`, `[]`, `{}` or `null` (`page_1_token`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ KEY = "fw_fake_4f9c2e7d1b8a6053"  # what the tests put in FIREWORKS_API_KEY; mus
 JOB_LISTS = ("supervisedFineTuningJobs", "batchInferenceJobs", "reinforcementFineTuningJobs", "dpoJobs")
 STATES = ("STATE_UNSPECIFIED", "CREATING", "READY", "UPDATING", "DELETING", "DELETED", "FAILED")
 BLOCK = 16  # tokens per cache block: cached_tokens is a multiple of it, as on a real paged cache
+REAL = object()
+"""`FakeFireworks.page_1_token`'s default: page 1 carries the real token (or none on a last page)."""
 
 
 def error_body(message: str, code: str, param: str | None = None) -> dict[str, Any]:
@@ -121,6 +124,8 @@ class FakeFireworks:
     chat_error: tuple[int, dict] | None = None
     repeat_page_token: bool = False
     """Deployments: answer every page with the same nextPageToken (a broken server)."""
+    page_1_token: Any = REAL
+    """Deployments: page 1's nextPageToken is this JSON value instead (`False`, `0`, `[]`, `None`...)."""
     require_key: bool = True
     """False: answer without checking the key (the other origin a redirect points to)."""
     redirect_to: str | None = None
@@ -238,12 +243,16 @@ class _Handler(BaseHTTPRequestHandler):
                 items = self.fake.deployments.get(account, [])
                 if query.get("showDeleted", ["false"])[0] != "true":
                     items = [d for d in items if d.get("state") != "DELETED"]
-                return self._page("deployments", items, query, repeat=self.fake.repeat_page_token)
+                return self._page(
+                    "deployments", items, query, self.fake.repeat_page_token, self.fake.page_1_token
+                )
             if collection in JOB_LISTS:
                 return self._page(collection, self.fake.jobs.get(collection, []), query)
         self._send(404, error_body(f"path {path} not found", "NOT_FOUND"))
 
-    def _page(self, key: str, items: list, query: dict[str, list[str]], repeat: bool = False) -> None:
+    def _page(
+        self, key: str, items: list, query: dict[str, list[str]], repeat: bool = False, first: Any = REAL
+    ) -> None:
         """One page of a list: pageSize (default 50, values above 200 coerced), an opaque pageToken."""
         size = int(query.get("pageSize", ["0"])[0] or 0)
         size = 50 if size <= 0 else min(size, 200)
@@ -254,6 +263,8 @@ class _Handler(BaseHTTPRequestHandler):
             body["nextPageToken"] = "off-0"
         elif start + size < len(items):
             body["nextPageToken"] = f"off-{start + size}"
+        if start == 0 and first is not REAL:
+            body["nextPageToken"] = first
         self._send(200, body)
 
     # ── inference ──

@@ -179,6 +179,37 @@ def test_a_page_token_that_repeats_is_could_not_check(fake: FakeFireworks) -> No
     assert len(fake.seen(DEPLOYMENTS)) == 2
 
 
+@pytest.mark.parametrize("token", [False, 0, [], {}, None, 1, True, ["off-200"]])
+def test_a_page_token_that_is_not_text_is_could_not_check(fake: FakeFireworks, token: object) -> None:
+    # A billing deployment on page 2, behind a token that is neither text nor the end of the
+    # list (Fireworks leaves it out, or sends "", on the last page): never "Nothing is billing".
+    fake.deployments["learner"] = [*(deployment(f"idle-{i}", replicas=0) for i in range(200)), deployment("p2")]
+    fake.page_1_token = token
+    out = fw_check()
+    assert out.returncode == 2, out.stdout
+    assert "Nothing is billing" not in out.stdout and COULD_NOT in out.stderr
+    assert "page 1 of deployments ends with nextPageToken" in out.stderr
+    assert "neither the token of a next page" in " ".join(out.stderr.split())
+
+
+@pytest.mark.parametrize("token", ["", None])
+def test_a_page_that_plainly_says_it_is_the_last_ends_the_list(fake: FakeFireworks, token: object) -> None:
+    # "" is the API's own end of the list; null counts as one only when totalSize says every item
+    # has been read (here 3 of 3).
+    fake.deployments["learner"] = [deployment(f"idle-{i}", replicas=0) for i in range(3)]
+    fake.page_1_token = token
+    result = fw_check_here()
+    assert result.exit_code == 0, result.output
+    assert "Nothing is billing: 3 deployment(s) read" in result.stdout
+
+
+def test_null_with_a_total_that_says_more_is_could_not_check(fake: FakeFireworks) -> None:
+    fake.deployments["learner"] = [deployment(f"idle-{i}", replicas=0) for i in range(3)]
+    fake.override[DEPLOYMENTS] = (200, b'{"deployments": [], "nextPageToken": null, "totalSize": 3}')
+    result = fw_check_here()
+    assert result.exit_code == 2 and "nextPageToken null" in result.stderr
+
+
 def test_no_key_is_could_not_check_without_asking(fake: FakeFireworks, monkeypatch) -> None:
     monkeypatch.setenv("FIREWORKS_API_KEY", "")
     result = fw_check_here()

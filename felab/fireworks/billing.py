@@ -30,6 +30,7 @@ SDK (`with_raw_response`) and checks the shape and the page tokens itself.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -211,13 +212,39 @@ def read_all(list_page: Callable[..., Any], key: str, what: str, **params: Any) 
             shape = sorted(body) if isinstance(body, dict) else type(body).__name__
             raise CouldNotCheck(f"page {page} of {what} has no `{key}` list (got {shape}).")
         items.extend(body[key])
-        token = body.get("nextPageToken") or ""
+        token = next_page(body, len(items), f"page {page} of {what}")
         if not token:
             return items
-        if not isinstance(token, str) or token in seen:
+        if token in seen:
             raise CouldNotCheck(f"the server sent the page token {token!r} twice while listing {what}.")
         seen.add(token)
     raise CouldNotCheck(f"{what} did not end after {MAX_PAGES} pages.")
+
+
+def next_page(body: dict[str, Any], read: int, where: str) -> str:
+    """The next page's token, or "" when this page plainly says it is the last.
+
+    The API's own end of a list (shared/reference/fireworks.md) is a `nextPageToken` left
+    out or empty (""); a next page is a non-empty string. Anything else (`false`, `0`, `[]`,
+    `{}`, `null`) says neither: it ends the list only when `totalSize` says every item has
+    been read (`read`), and otherwise stops the check, since a page may follow that bills.
+    """
+    if "nextPageToken" not in body:
+        return ""
+    token = body["nextPageToken"]
+    if isinstance(token, str):
+        return token
+    total = body.get("totalSize")
+    if isinstance(total, str) and total.isdigit():  # proto3 JSON may send integers as strings
+        total = int(total)
+    if isinstance(total, int) and not isinstance(total, bool) and total == read:
+        return ""
+    shown = json.dumps(token)
+    raise CouldNotCheck(
+        f"{where} ends with nextPageToken {shown[:40]}, neither the token of a next page (text) nor "
+        f"the end of the list (left out or \"\"), and its totalSize ({total!r}) does not say all "
+        f"{read} item(s) are read: a page that bills may follow."
+    )
 
 
 def api_key() -> str:
