@@ -8,7 +8,6 @@ banner(target)             # which server and model this run measures (never the
 from __future__ import annotations
 
 import argparse
-import re
 
 import openai
 
@@ -26,6 +25,7 @@ from felab.targets import (
     exposes_key,
     required_key,
 )
+from felab.urls import lower_scheme, scheme
 
 
 def resolve(args: argparse.Namespace) -> Target:
@@ -57,11 +57,12 @@ def url_source(name: str) -> str:
 
 
 def with_scheme(url: str, source: str) -> str:
-    """`url` without a trailing slash; a FelabError if it lacks http:// or https:// (the client
-    would only say it could not connect)."""
+    """`url` without a trailing slash and with its scheme in lower case (`HTTP://` is `http://`:
+    see urls.py); a FelabError if it lacks http:// or https:// (the client would only say it
+    could not connect)."""
     url = url.rstrip("/")
-    if re.match(r"^https?://", url):
-        return url
+    if scheme(url) in ("http", "https"):
+        return lower_scheme(url)
     bare = url.split("://", 1)[-1]
     local = LOOPBACK.match(f"http://{bare}")
     fixed = f"{'http' if local else 'https'}://{bare}"  # a remote server: encrypted

@@ -243,6 +243,25 @@ def test_a_base_url_with_a_path_is_could_not_check(monkeypatch) -> None:
     assert result.exit_code == 2 and "without /inference/v1" in result.stderr
 
 
+@pytest.mark.parametrize("scheme", ["http", "HTTP", "Http", "hTTp"])
+def test_plain_http_to_another_machine_is_refused_whatever_the_case(fake: FakeFireworks, monkeypatch, scheme) -> None:
+    # 0.0.0.0 reaches this machine's fake, but is not a loopback address to the kit: it stands
+    # for another machine. A scheme is case-insensitive (RFC 3986), so HTTP:// is plain http too.
+    monkeypatch.setenv("FIREWORKS_BASE_URL", fake.url.replace("http://127.0.0.1", f"{scheme}://0.0.0.0"))
+    result = fw_check_here()
+    assert result.exit_code == 2, result.output
+    assert "a plain http:// address" in result.stderr and "Nothing is billing" not in result.output
+    assert fake.requests == []  # the key was never sent
+
+
+def test_an_upper_case_https_root_is_read(fake: FakeFireworks, monkeypatch) -> None:
+    # The same check lets HTTPS:// (and a loopback HTTP://) through: only the case differs.
+    monkeypatch.setenv("FIREWORKS_BASE_URL", fake.url.replace("http://", "HTTP://"))
+    result = fw_check_here()
+    assert result.exit_code == 0, result.output
+    assert f"({fake.url})" in result.stdout  # shown with the scheme as the kit compares it
+
+
 # ── Which account ─────────────────────────────────────────────────────────────
 
 

@@ -130,6 +130,36 @@ def test_a_key_is_never_sent_over_plain_http_to_another_machine(monkeypatch: pyt
     assert "fw-test-key-123" not in caught.value.message
 
 
+@pytest.mark.parametrize("scheme", ["HTTP", "Http"])
+def test_plain_http_in_any_case_is_refused_for_a_key(monkeypatch: pytest.MonkeyPatch, scheme: str) -> None:
+    monkeypatch.setenv("FIREWORKS_API_KEY", "fw-test-key-123")
+    monkeypatch.setenv("FIREWORKS_BASE_URL", f"{scheme}://api.fireworks.ai")
+    with pytest.raises(FelabError, match="plain http:// address") as caught:
+        resolve(parse("--target", "fireworks"))
+    assert "fw-test-key-123" not in caught.value.message
+
+
+def test_a_scheme_in_capitals_is_read_as_the_same_address() -> None:
+    t = resolve(parse("--target", "mlx", "--base-url", "HTTP://127.0.0.1:9/v1"))
+    assert t.base_url == "http://127.0.0.1:9/v1"
+    t = resolve(parse("--target", "mlx", "--base-url", "HTTPS://Example.org/v1"))
+    assert t.base_url == "https://Example.org/v1"
+
+
+def test_one_function_reads_every_scheme() -> None:
+    from felab.urls import lower_scheme, scheme
+
+    assert [scheme(u) for u in ("HTTP://h", "https://h", "hTtPs://h", "h:80", "", "file:x")] == [
+        "http",
+        "https",
+        "https",
+        "",
+        "",
+        "",
+    ]
+    assert lower_scheme("HTTPS://Host/V1") == "https://Host/V1" and lower_scheme("host") == "host"
+
+
 def test_a_missing_scheme_names_the_setting_read_and_https_for_another_machine(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -38,6 +38,7 @@ from typing import Any
 
 import fireworks
 
+from felab.connect import with_scheme
 from felab.errors import FelabError
 from felab.fireworks.transport import Budget, guarded_client, stopped_by
 from felab.paths import ENV_FILE, from_here
@@ -258,8 +259,12 @@ def api_key() -> str:
 
 
 def root_url() -> str:
-    """The one root URL: control plane at /v1/accounts/..., inference at /inference/v1."""
-    root = fireworks_root()
+    """The one root URL: control plane at /v1/accounts/..., inference at /inference/v1; its
+    scheme in lower case (see felab/urls.py), so that `HTTP://` is refused as `http://` is."""
+    try:
+        root = with_scheme(fireworks_root(), "FIREWORKS_BASE_URL")
+    except FelabError as exc:  # no http:// or https:// in front
+        raise CouldNotCheck(exc.message) from None
     if root.endswith(("/v1", "/inference")):
         raise CouldNotCheck(
             f"FIREWORKS_BASE_URL is {root}, but it must be the root the SDK adds paths to "
