@@ -205,10 +205,10 @@ def fw_check() -> None:
       FIREWORKS_ACCOUNT_ID=my-account python -m felab fw-check
     """
     require_extra("fireworks", "fw-check")
-    from felab.fireworks.billing import check  # imports the fireworks SDK: only when this command runs
+    from felab.fireworks.billing import check, emit  # imports the fireworks SDK: only when this runs
 
     text, status = check()
-    click.echo(text)
+    emit(text)  # output it cannot write is "could not check" (exit 2), never exit 1
     sys.exit(status)
 
 

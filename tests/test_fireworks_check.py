@@ -183,7 +183,10 @@ def test_a_page_token_that_repeats_is_could_not_check(fake: FakeFireworks) -> No
 def test_a_page_token_that_is_not_text_is_could_not_check(fake: FakeFireworks, token: object) -> None:
     # A billing deployment on page 2, behind a token that is neither text nor the end of the
     # list (Fireworks leaves it out, or sends "", on the last page): never "Nothing is billing".
-    fake.deployments["learner"] = [*(deployment(f"idle-{i}", replicas=0) for i in range(200)), deployment("p2")]
+    fake.deployments["learner"] = [
+        *(deployment(f"idle-{i}", replicas=0) for i in range(200)),
+        deployment("p2"),
+    ]
     fake.page_1_token = token
     out = fw_check()
     assert out.returncode == 2, out.stdout
@@ -244,7 +247,9 @@ def test_a_base_url_with_a_path_is_could_not_check(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("scheme", ["http", "HTTP", "Http", "hTTp"])
-def test_plain_http_to_another_machine_is_refused_whatever_the_case(fake: FakeFireworks, monkeypatch, scheme) -> None:
+def test_plain_http_to_another_machine_is_refused_whatever_the_case(
+    fake: FakeFireworks, monkeypatch, scheme
+) -> None:
     # 0.0.0.0 reaches this machine's fake, but is not a loopback address to the kit: it stands
     # for another machine. A scheme is case-insensitive (RFC 3986), so HTTP:// is plain http too.
     monkeypatch.setenv("FIREWORKS_BASE_URL", fake.url.replace("http://127.0.0.1", f"{scheme}://0.0.0.0"))
@@ -478,6 +483,45 @@ def test_a_200_mb_reply_is_refused_in_bounded_memory(fake: FakeFireworks) -> Non
     assert out.returncode == 2 and "was larger than 8 MB" in out.stderr
     peak_mb = int(out.stderr.rsplit("peak_kb ", 1)[1].split()[0]) / 1024
     assert peak_mb < 200, peak_mb
+
+
+# ── Output it cannot write ────────────────────────────────────────────────────
+
+
+def fw_check_into(stdout: int) -> subprocess.CompletedProcess[str]:
+    """`python -m felab fw-check` with its standard output on `stdout` (a file descriptor)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "felab", "fw-check"],
+        cwd=KIT,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+        env=dict(os.environ),
+    )
+    assert KEY not in out.stderr and "Traceback" not in out.stderr and "Exception ignored" not in out.stderr
+    return out
+
+
+@pytest.mark.parametrize("billing", [False, True])
+@pytest.mark.parametrize("where", ["/dev/full", "a closed pipe"])
+def test_output_it_cannot_write_is_could_not_check(fake: FakeFireworks, billing: bool, where: str) -> None:
+    # Exit 1 means "billing" and 0 "nothing is": a report nobody could read is neither.
+    if billing:
+        fake.deployments["learner"] = [deployment("bills")]
+    if where == "/dev/full":
+        fd = os.open("/dev/full", os.O_WRONLY)
+    else:
+        read_end, fd = os.pipe()
+        os.close(read_end)  # closed before fw-check writes a byte
+    try:
+        out = fw_check_into(fd)
+    finally:
+        os.close(fd)
+    assert out.returncode == 2, out.stderr
+    said = " ".join(out.stderr.split())
+    assert COULD_NOT in said and "its report could not be written" in said
+    assert ("No space left on device" if where == "/dev/full" else "Broken pipe") in said
 
 
 # ── Debug mode and keys the server repeats ────────────────────────────────────

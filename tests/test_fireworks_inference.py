@@ -126,6 +126,48 @@ def test_a_key_the_server_repeats_is_never_printed_or_recorded(
     assert not list(isolated.glob("*.jsonl"))  # nothing recorded
 
 
+@pytest.mark.parametrize("buffered", [True, False])
+@pytest.mark.parametrize("where", ["/dev/full", "a closed pipe"])
+def test_output_a_lesson_cannot_write_is_one_message_not_a_traceback(
+    fake: FakeFireworks, isolated, where: str, buffered: bool
+) -> None:
+    # A lesson's output on a full disk, or into a pipe closed early: exit 2 with one paragraph
+    # on stderr that says what was recorded, never Python's traceback. Buffered (Python's
+    # default into a file or pipe), the output fails when it is flushed at the end, after the
+    # row was recorded; unbuffered (PYTHONUNBUFFERED=1), at the first line, before any.
+    import os
+    import subprocess
+    import sys
+
+    if where == "/dev/full":
+        fd = os.open("/dev/full", os.O_WRONLY)
+    else:
+        read_end, fd = os.pipe()
+        os.close(read_end)
+    try:
+        out = subprocess.run(
+            [sys.executable, str(PREFIX_BENCH), "--target", "fireworks", "--quick"],
+            cwd=PREFIX_BENCH.parent,
+            stdout=fd,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            env={k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED" or not buffered},
+        )
+    finally:
+        os.close(fd)
+    said = " ".join(out.stderr.split())
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr and "Exception ignored" not in out.stderr
+    assert said.startswith("error: this run's output could not be written")
+    rows = isolated / "06-prefix.jsonl"
+    if buffered:
+        assert "this run recorded 1 row before it stopped" in said
+        assert len(rows.read_text().splitlines()) == 1
+    else:
+        assert "this run recorded nothing" in said and not rows.exists()
+
+
 def test_a_reply_without_text_is_an_error_and_records_nothing(fake: FakeFireworks, isolated) -> None:
     fake.no_text = True  # 200, a role chunk, a finish and usage: no content at all
     out = bench()

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +40,7 @@ from typing import Any
 import fireworks
 
 from felab.connect import with_scheme
-from felab.errors import FelabError
+from felab.errors import FelabError, silence_stdout
 from felab.fireworks.transport import Budget, guarded_client, stopped_by
 from felab.paths import ENV_FILE, from_here
 from felab.redact import redact
@@ -243,7 +244,7 @@ def next_page(body: dict[str, Any], read: int, where: str) -> str:
     shown = json.dumps(token)
     raise CouldNotCheck(
         f"{where} ends with nextPageToken {shown[:40]}, neither the token of a next page (text) nor "
-        f"the end of the list (left out or \"\"), and its totalSize ({total!r}) does not say all "
+        f'the end of the list (left out or ""), and its totalSize ({total!r}) does not say all '
         f"{read} item(s) are read: a page that bills may follow."
     )
 
@@ -373,7 +374,7 @@ def report(found: Sweep) -> tuple[str, int]:
         out += [f"  {j.kind.stop.format(name=j.name, root=found.root)}" for j in found.active_jobs]
 
     if found.unread:
-        print(redact("\n".join(out)))
+        emit(redact("\n".join(out)))
         raise CouldNotCheck("some job lists could not be read: " + "; ".join(found.unread))
     out.append("")
     if billing or found.active_jobs:
@@ -397,6 +398,21 @@ def _row(d: Deployment) -> dict[str, Any]:
         "replicas (now/desired/min)": f"{d.replicas}/{d.desired}/{d.min_replicas}",
         "state": d.state,
     }
+
+
+def emit(text: str) -> None:
+    """Print `text` on stdout, flushed now: output that cannot be written (`> /dev/full`, a pipe
+    closed early) is a CouldNotCheck, never Python's exit status 1, which reads as "billing"."""
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except OSError as exc:
+        silence_stdout()  # or Python's own flush at exit fails again (exit status 120)
+        raise CouldNotCheck(
+            f"its report could not be written to the output ({exc.strerror or exc}): it went to a full "
+            f"disk (`> /dev/full`), or into a pipe closed before the end (`| head`). Run it again "
+            f"with its output on the terminal."
+        ) from None
 
 
 def why(exc: Exception, root: str) -> str:
