@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 from click.testing import CliRunner, Result
 from conftest import KIT, run_felab
-from fake_fireworks import KEY, FakeFireworks, deployment, fireworks_env, job, serve
+from fake_fireworks import ECHO_FORMS, KEY, FakeFireworks, deployment, fireworks_env, job, leaked, serve
 
 from felab.cli import cli
 from felab.fireworks import transport
@@ -547,6 +547,26 @@ def test_a_key_repeated_by_the_server_is_never_printed(fake: FakeFireworks, monk
         assert out.returncode == 2 and "Traceback" in out.stderr
         assert KEY not in out.stdout + out.stderr
         assert f"HTTP {status}" in out.stderr or f"Error code: {status}" in out.stderr
+
+
+@pytest.mark.parametrize("how", sorted(ECHO_FORMS))
+def test_a_key_the_server_repeats_encoded_is_never_printed(fake: FakeFireworks, how: str) -> None:
+    # base64 of `Bearer KEY` (or of the key, or of the header line), \u escapes, another case.
+    fake.echo_key, fake.echo_as = 401, how
+    out = fw_check()
+    said = out.stdout + out.stderr
+    assert out.returncode == 2 and "HTTP 401" in out.stderr
+    assert not leaked(said), said
+    assert "<FIREWORKS_API_KEY" in said or "<redacted" in said
+
+
+def test_a_long_message_is_cut_after_the_key_is_taken_out(monkeypatch) -> None:
+    # Cut first, a key straddling the cut would leave its first characters, matched by nothing.
+    from felab.fireworks.billing import _server_words
+
+    monkeypatch.setenv("FIREWORKS_API_KEY", KEY)
+    said = _server_words({"error": {"message": "x" * 290 + KEY + " rejected"}})
+    assert KEY[:8] not in said and said == "x" * 290 + "<FIREWORKS"
 
 
 def test_a_key_in_a_deployment_name_is_not_printed(fake: FakeFireworks) -> None:

@@ -14,12 +14,14 @@ from collections.abc import Iterator
 import pytest
 from conftest import PREFIX_BENCH, run_script
 from fake_fireworks import (
+    ECHO_FORMS,
     KEY,
     MODEL,
     RATE_LIMITED,
     SCALING_UP,
     FakeFireworks,
     fireworks_env,
+    leaked,
 )
 
 from felab.prices import PRICES, Price, cost_line, price_for
@@ -166,6 +168,22 @@ def test_output_a_lesson_cannot_write_is_one_message_not_a_traceback(
         assert len(rows.read_text().splitlines()) == 1
     else:
         assert "this run recorded nothing" in said and not rows.exists()
+
+
+@pytest.mark.parametrize("how", sorted(ECHO_FORMS))
+@pytest.mark.parametrize("status", [401, 429, 500])
+def test_a_key_the_server_repeats_encoded_is_never_in_the_paragraph(
+    fake: FakeFireworks, isolated, status: int, how: str
+) -> None:
+    # Lesson 06's 401, 429 and 500 paragraphs show the server's words: never the key in them,
+    # base64-encoded (of `Bearer KEY`, of the key, of the header line), \u-escaped, or in another case.
+    fake.echo_key, fake.echo_as = status, how
+    out = bench()
+    said = out.stdout + out.stderr
+    assert out.returncode == 2 and f"HTTP {status}" in out.stderr
+    assert not leaked(said), said
+    assert "<FIREWORKS_API_KEY" in said or "<redacted" in said
+    assert not list(isolated.glob("*.jsonl"))
 
 
 def test_a_reply_without_text_is_an_error_and_records_nothing(fake: FakeFireworks, isolated) -> None:

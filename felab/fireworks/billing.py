@@ -450,7 +450,7 @@ def _server_words(body: object) -> str:
     if isinstance(body, dict):
         inner = body.get("error", body)
         if isinstance(inner, dict) and isinstance(inner.get("message"), str):
-            return inner["message"][:300]
+            return redact(inner["message"])[:300]  # redacted first: a cut could split a key
     return ""
 
 
