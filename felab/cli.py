@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from felab.course.lessons import LESSONS_DIR, discover
 from felab.errors import EXIT_ERROR, FelabError, debug_exit, fail
 from felab.mock_server.launch import practice_server
 from felab.paths import KIT_ROOT, from_here, load_env
-from felab.results import read_records, results_path
+from felab.results import iter_records, results_path
 from felab.tables import table
 from felab.targets import TARGETS, configured_model, default_url, key_status, start_command
 
@@ -121,14 +122,14 @@ def _run_script(script: str, *args: str, env: dict[str, str] | None = None) -> i
 @cli.command()
 def demo() -> None:
     """Lesson 06 on a fresh practice server: opening first, then time first; one table."""
-    before = len(read_records("06-prefix"))
+    before = sum(1 for _ in iter_records("06-prefix"))  # a row at a time: any file size
     with practice_server() as url:
         for order in ("stable-first", "variable-first"):
             click.echo(f"\n$ python prefix_bench.py --target mock --order {order}")
             code = _run_script(str(PREFIX_BENCH), "--target", "mock", "--base-url", url, "--order", order)
             if code:
                 raise FelabError(f"prefix_bench.py --order {order} failed (exit {code}); see above.")
-    rows = read_records("06-prefix")[before:]
+    rows = list(itertools.islice(iter_records("06-prefix"), before, None))
     columns = ("target", "order", "first_ms", "rest_p50_ms", "speedup_x", "cache_hit_pct")
     click.echo(f"\nLesson 06 on the practice server (recorded in {results_path('06-prefix')}):\n")
     click.echo(table([{k: r.get(k) for k in columns} for r in rows]))

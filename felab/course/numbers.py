@@ -15,12 +15,13 @@ import datetime as dt
 import io
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from felab.paths import results_dir
-from felab.results import KEY_PATTERN, read_records
+from felab.results import KEY_PATTERN, iter_records
 from felab.tables import table
 
 GROUP_BY = ("target", "order")
@@ -106,16 +107,16 @@ def measured(source: Source) -> dict[str, Any] | None:
     A warm run (call 1 already cached) is used only when no cold run was recorded, and says so
     in `note`; when the latest run was warm and an earlier cold one is used, `note` says that.
     """
-    rows = [
-        row
-        for row in read_records(source.records)
-        if all(row.get(k) == v for k, v in source.where.items())
-        and all(_number(row.get(k)) for k in source.values)
-    ]
-    if not rows:
+    latest_run = latest_cold = None  # read a row at a time: only these two are kept
+    for row in iter_records(source.records):
+        if all(row.get(k) == v for k, v in source.where.items()) and all(
+            _number(row.get(k)) for k in source.values
+        ):
+            latest_run = row
+            latest_cold = latest_cold if warm(row) else row
+    if latest_run is None:
         return None
-    cold = [row for row in rows if not warm(row)]
-    row = cold[-1] if cold else rows[-1]
+    row = latest_cold or latest_run
     return {
         "value": " / ".join(f"{row[k]:.{source.decimals}f}" for k in source.values),
         "ts": row.get("ts"),
@@ -124,7 +125,7 @@ def measured(source: Source) -> dict[str, Any] | None:
         "model": row.get("model"),
         "file": f"results/{source.records}.jsonl",
         "warm": warm(row),
-        "note": warm_note(row, rows[-1]),
+        "note": warm_note(row, latest_run),
     }
 
 
@@ -172,24 +173,33 @@ def recorded_keys() -> list[str]:
     return sorted(p.stem for p in files if KEY_PATTERN.match(p.stem))
 
 
-def latest(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The last cold row of each (target, order), in the order they were first seen; a group
-    that only has warm runs (call 1 already cached) shows its last one."""
-    found: dict[tuple, dict[str, Any]] = {}
+def _groups(
+    rows: Iterable[dict[str, Any]],
+) -> tuple[dict[tuple, dict[str, Any]], dict[tuple, dict[str, Any]]]:
+    """One pass over `rows` (a file read a line at a time): per (target, order), the row shown
+    (its last cold one; its last one if all are warm) and its latest run. Only these are kept."""
+    shown: dict[tuple, dict[str, Any]] = {}
+    last: dict[tuple, dict[str, Any]] = {}
     for row in rows:
         group = tuple(row.get(k) for k in GROUP_BY)
-        if not warm(row) or group not in found or warm(found[group]):
-            found[group] = row
-    return list(found.values())
+        last[group] = row
+        if not warm(row) or group not in shown or warm(shown[group]):
+            shown[group] = row
+    return shown, last
 
 
-def warm_lines(rows: list[dict[str, Any]]) -> list[str]:
+def latest(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The last cold row of each (target, order), in the order they were first seen; a group
+    that only has warm runs (call 1 already cached) shows its last one."""
+    return list(_groups(rows)[0].values())
+
+
+def warm_lines(rows: Iterable[dict[str, Any]]) -> list[str]:
     """A note for each (target, order) whose shown row is warm, or whose latest run was."""
-    last: dict[tuple, dict[str, Any]] = {tuple(r.get(k) for k in GROUP_BY): r for r in rows}
+    shown, last = _groups(rows)
     notes = []
-    for shown in latest(rows):
-        group = tuple(shown.get(k) for k in GROUP_BY)
-        said = warm_note(shown, last[group])
+    for group, row in shown.items():
+        said = warm_note(row, last[group])
         if said:
             notes.append(f"note ({' '.join(str(g) for g in group if g is not None)}): {said}")
     return notes
@@ -214,7 +224,7 @@ def _shown(value: Any) -> Any:
 
 def collect() -> dict[str, list[dict[str, Any]]]:
     """Latest cold rows of every recorded key (see `latest`)."""
-    return {key: latest(read_records(key)) for key in recorded_keys()}
+    return {key: latest(iter_records(key)) for key in recorded_keys()}
 
 
 def as_csv(found: dict[str, list[dict[str, Any]]]) -> str:
@@ -241,7 +251,7 @@ def as_text(found: dict[str, list[dict[str, Any]]]) -> str:
         lesson = key.split("-", 1)[0]
         parts.append(f"lesson {lesson} · {key} (latest cold run per target and order)\n")
         parts.append(table([scalars(r) for r in rows]))
-        parts += [*warm_lines(read_records(key)), ""]
+        parts += [*warm_lines(iter_records(key)), ""]
     for lesson, fields in NUMBERS.items():
         parts.append(f"lesson {lesson}: your numbers, for the wrap-up\n")
         for n, (f, m) in enumerate(zip(fields, prefills(lesson).values(), strict=True), start=1):
