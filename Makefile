@@ -33,8 +33,8 @@ setup: $(STAMP) ## create .venv and install the kit (the other targets do this f
 demo: $(STAMP) ## lesson 06 on the practice server: opening first and time first, one table
 	@$(PY) -m felab demo
 
-mock: $(STAMP) ## run the practice server in the foreground on port 8765 (Ctrl+C stops it)
-	@$(PY) -m felab.mock_server
+mock: $(STAMP) ## the practice server in the foreground on port 8765, or make mock PORT=9000 (Ctrl+C stops it)
+	@$(PY) -m felab.mock_server $(if $(PORT),--port "$(PORT)")
 
 check: $(STAMP) ## which servers are up, each target's URL and model, whether FIREWORKS_API_KEY is set
 	@$(PY) -m felab check

@@ -22,7 +22,7 @@ import openai
 
 from felab.connect import url_source, with_scheme
 from felab.course.lessons import LESSONS_DIR, discover
-from felab.errors import EXIT_ERROR, FelabError, debug_exit, fail
+from felab.errors import EXIT_ERROR, FelabError, debug_exit, fail, what_was_recorded
 from felab.mock_server.launch import practice_server
 from felab.paths import KIT_ROOT, from_here, load_env
 from felab.results import read_records, results_path
@@ -47,7 +47,7 @@ class FelabGroup(click.Group):
             if ctx.invoked_subcommand == "fw-check":  # exit 1 would mean "billing": it means unknown
                 fail("interrupted: could not check what is billing on Fireworks. This is not an all-clear.")
                 ctx.exit(EXIT_ERROR)
-            click.echo("\ninterrupted.", err=True)
+            click.echo(f"\ninterrupted: {what_was_recorded()}", err=True)  # as a lesson's Ctrl+C says
             ctx.exit(130)
 
 

@@ -17,15 +17,25 @@ KIT_ROOT: Path = Path(__file__).resolve().parent.parent
 
 ENV_FILE: Path = KIT_ROOT / ".env"
 
+LAB_ENV_FILE: Path = KIT_ROOT / "03-labs" / ".env"
+"""The `.env` the course names ("the .env file in 03-labs"): a link to ENV_FILE, committed, so
+both names are one file. Should an editor replace the link with a file of its own, that file is
+read too (after ENV_FILE, whose values win)."""
+
 
 def load_env() -> None:
-    """Load `<kit root>/.env` into the environment, once.
+    """Load `<kit root>/.env` into the environment (and `03-labs/.env` if it is no longer a link
+    to it, see LAB_ENV_FILE).
 
-    Variables already set in the shell win over the file (python-dotenv's
-    `override=False`), so `FIREWORKS_API_KEY=... python prefix_bench.py` works
-    as a learner expects.
+    Called wherever a setting is read, so it runs many times: each call reads the file again
+    and adds only variables that are not set yet. A variable already set, by the shell or by
+    an earlier call, is kept (python-dotenv's `override=False`), so
+    `FIREWORKS_API_KEY=... python prefix_bench.py` works as a learner expects, and a value
+    changed in `.env` is seen by the next command, not by a process already running.
     """
     load_dotenv(ENV_FILE, override=False)
+    if LAB_ENV_FILE.is_file() and not LAB_ENV_FILE.is_symlink():  # the link was replaced by a file
+        load_dotenv(LAB_ENV_FILE, override=False)
 
 
 def results_dir() -> Path:
