@@ -9,6 +9,7 @@ measurement with the lesson's own.
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 from felab.course.lessons import LESSONS_DIR, discover
@@ -98,7 +99,8 @@ if __name__ == "__main__":
 
 
 def create_lesson(number: str, name: str, root: Path = LESSONS_DIR) -> Path:
-    """Write `lessons/NN-name/` with a README and a runnable script; return the folder."""
+    """Write `lessons/NN-name/` with a README, a runnable script and the Makefile that passes
+    `make TARGET` on to the kit's; return the folder."""
     if not re.fullmatch(r"\d{2}", number):
         raise FelabError(f"N must be two digits, like N=07 (got {number!r}).")
     if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name):
@@ -117,4 +119,5 @@ def create_lesson(number: str, name: str, root: Path = LESSONS_DIR) -> Path:
     folder.mkdir(parents=True)
     (folder / "README.md").write_text(README.format(**fields), encoding="utf-8")
     (folder / script).write_text(SCRIPT.format(**fields), encoding="utf-8")
+    shutil.copy(LESSONS_DIR / "06-prefix-caching" / "Makefile", folder)  # `make check` works there too
     return folder
