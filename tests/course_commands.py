@@ -49,6 +49,7 @@ COMMANDS = [
     PageCommand(LESSON, "python prefix_bench.py --target fireworks --usage", "run"),
     PageCommand(LESSON, "make fw-check", "dry"),
     PageCommand(LABS, "make fw-check", "dry"),
+    PageCommand(LABS, "make smoke", "dry"),  # named in "Stuck?": a run that warms the practice server
     PageCommand(
         LABS,
         "pkill -f felab.mock_server",

@@ -29,8 +29,8 @@ LINKS = {"lessons": "../lessons", ".venv": "../.venv", ".env": "../.env", ".env.
 
 def seed_file() -> Path | None:
     """The course page's text: shared/seeds/ beside the kit (../shared), or one folder further
-    up (a worktree of the kit), or $FELAB_COURSE_SEEDS."""
-    places = [os.environ.get("FELAB_COURSE_SEEDS", ""), KIT_ROOT.parent / "shared" / "seeds"]
+    up (a worktree of the kit), or $COURSE_SEEDS_DIR."""
+    places = [os.environ.get("COURSE_SEEDS_DIR", ""), KIT_ROOT.parent / "shared" / "seeds"]
     places.append(KIT_ROOT.parent.parent / "shared" / "seeds")
     return next((Path(p) / SEED for p in places if p and (Path(p) / SEED).is_file()), None)
 
@@ -88,7 +88,9 @@ def test_a_file_in_place_of_the_env_link_is_read_too(tmp_path: Path) -> None:
 # ── the list, against the page ────────────────────────────────────────────────
 
 PAGE_COMMAND = re.compile(r"^(?:python|bash|make|cd|source|pkill) ")
-INLINE = re.compile(r"\b(make [a-z][a-z-]*(?: &)?|cd lessons/[\w-]+|source \.venv/bin/activate|pkill -f [\w.]+)")
+INLINE = re.compile(
+    r"\b(make [a-z][a-z-]*(?: &)?|cd lessons/[\w-]+|source \.venv/bin/activate|pkill -f [\w.]+)"
+)
 
 
 def page_commands(text: str) -> set[str]:
@@ -107,7 +109,9 @@ def page_commands(text: str) -> set[str]:
 def test_the_list_holds_the_pages_commands_and_only_those() -> None:
     seed = seed_file()
     if seed is None:
-        pytest.skip(f"the course's text ({SEED}) is not beside the kit (../shared/seeds): the list is not re-checked")
+        pytest.skip(
+            f"the course's text ({SEED}) is not beside the kit (../shared/seeds): the list is not re-checked"
+        )
     text = seed.read_text(encoding="utf-8")
     flat = " ".join(text.split())
     listed = {c.command for c in COMMANDS}
@@ -132,7 +136,11 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     kit = tmp_path_factory.mktemp("fresh") / "kit"
     subprocess.run(["git", "clone", "-q", str(KIT_ROOT), str(kit)], check=True, timeout=120)
     (kit / ".venv").symlink_to(Path(sys.prefix))
-    assert (kit / ".venv" / ".installed").exists() or pytest.skip("this .venv was not made by `make setup`")
+    stamp = kit / ".venv" / ".installed"
+    if not stamp.exists():
+        pytest.skip("this test's Python is not a .venv made by `make setup`")
+    # The clone's files are newer than that install: say they are not, or make would install again.
+    os.utime(kit / "pyproject.toml", (stamp.stat().st_mtime - 60,) * 2)
     return kit
 
 
@@ -147,7 +155,9 @@ def learner_env(clone: Path, servers: dict[str, str]) -> dict[str, str]:
     """A learner's terminal: none of this machine's kit variables, no key exported, no make."""
     drop = ("FELAB_", "FIREWORKS_", "VIRTUAL_ENV", "MAKE", "MFLAGS", "PYTHON")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p != str(Path(sys.executable).parent))
+    env["PATH"] = os.pathsep.join(
+        p for p in env["PATH"].split(os.pathsep) if p != str(Path(sys.executable).parent)
+    )
     env["PYTHONPATH"] = str(clone)  # the clone's felab, not the one this .venv was installed from
     for name, url in servers.items():
         env[f"FELAB_{name.upper()}_URL"] = url
@@ -174,7 +184,9 @@ def typed(cmd: PageCommand) -> str:
 
 
 def type_in(clone: Path, env: dict[str, str], lines: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", "-c", lines], cwd=clone, env=env, capture_output=True, text=True, timeout=180)
+    return subprocess.run(
+        ["bash", "-c", lines], cwd=clone, env=env, capture_output=True, text=True, timeout=180
+    )
 
 
 def test_every_page_command_works_where_the_page_says(clone: Path, servers: dict[str, str]) -> None:
@@ -193,7 +205,10 @@ def test_every_page_command_works_where_the_page_says(clone: Path, servers: dict
         out = type_in(clone, env, typed(cmd))
         outputs[(cmd.folder, cmd.command)] = out.stdout
         if out.returncode != 0 or "Traceback" in out.stderr:
-            failed.append(f"{cmd.folder}$ {cmd.command}  ->  exit {out.returncode}\n{out.stdout[-800:]}{out.stderr[-800:]}")
+            failed.append(
+                f"{cmd.folder}$ {cmd.command}  ->  exit {out.returncode}\n"
+                f"{out.stdout[-800:]}{out.stderr[-800:]}"
+            )
     assert not failed, "\n\n".join(failed)
 
     assert "FIREWORKS_API_KEY is set" in outputs[(LABS, "make check")]
@@ -202,10 +217,15 @@ def test_every_page_command_works_where_the_page_says(clone: Path, servers: dict
     rows = (clone / "results" / "06-prefix.jsonl").read_text().splitlines()  # the clone's own results/
     for order in ("stable-first", "variable-first"):
         assert any(f'"order": "{order}"' in r and '"target": "llamacpp"' in r for r in rows)
-    assert "4096 tokens per seat" in outputs[(LESSON, "bash ../02-three-local-servers/serve_llamacpp.sh Q4_K_M 16384 4")]
+    assert (
+        "4096 tokens per seat"
+        in outputs[(LESSON, "bash ../02-three-local-servers/serve_llamacpp.sh Q4_K_M 16384 4")]
+    )
 
 
-def test_the_activated_python_is_the_kits_and_the_lessons_paths_resolve(clone: Path, servers: dict[str, str]) -> None:
+def test_the_activated_python_is_the_kits_and_the_lessons_paths_resolve(
+    clone: Path, servers: dict[str, str]
+) -> None:
     """`..` in a file path is physical: from 03-labs/lessons/06-prefix-caching, ../02-... and
     ../../.venv are the kit's (a shell's `cd ..` is logical, and lands in 03-labs/: also the kit's)."""
     env = learner_env(clone, servers)
@@ -225,10 +245,14 @@ def test_the_activated_python_is_the_kits_and_the_lessons_paths_resolve(clone: P
     assert serve == "../02-three-local-servers/serve_llamacpp.sh" and back == str(clone / "03-labs")
 
 
-def test_advice_printed_in_the_lesson_folder_through_03_labs_works_there(clone: Path, servers: dict[str, str]) -> None:
+def test_advice_printed_in_the_lesson_folder_through_03_labs_works_there(
+    clone: Path, servers: dict[str, str]
+) -> None:
     """The kit writes commands for the learner's folder: through the link too, they work as printed."""
     env = learner_env(clone, servers)
-    env["FELAB_LLAMACPP_URL"] = "http://127.0.0.1:9/v1"  # nothing listens: the message names the start command
+    env["FELAB_LLAMACPP_URL"] = (
+        "http://127.0.0.1:9/v1"  # nothing listens: the message names the start command
+    )
     out = type_in(
         clone,
         env,
