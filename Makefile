@@ -84,5 +84,5 @@ lint: $(call EXTRA,dev) ## ruff (lint and format) over the kit, and mypy over fe
 	$(PY) -m ruff format --check felab lessons tests
 	$(PY) -m mypy
 
-test: lint ## lint, then the test suite (offline, about two minutes)
+test: lint ## lint, then the tests, offline (not the engines or load ones: make test-engines, make test-load)
 	$(PY) -m pytest -n 4

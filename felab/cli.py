@@ -3,9 +3,17 @@
     felab check        which servers are up, and whether the Fireworks key is set
     felab demo         lesson 06 on a fresh practice server, both orders, one table
     felab smoke        every lesson script against a fresh practice server, quick mode
+    felab numbers      your numbers: the latest cold run per lesson, target and order
     felab fw-check     anything on Fireworks that is still billing (exit 0 none, 1 some, 2 unknown)
+    felab bundle       the lesson pages as an offline site (`bundle build`, `bundle serve`)
+    felab new-lesson   a new lesson folder that already runs
+    felab replay       a production trace through the practice server's model (felab/replay/)
+    felab agent-trace  a trace of lesson 06's agent, for `felab replay`
+    felab tiny-model   the offline tiny model for the real engines (felab/engines/)
 
-`make help` lists the Make targets that call these.
+`make help` lists the Make targets that call these (tests/test_docs_match_code.py keeps this
+list whole). A FelabError ends any of them with its one paragraph and exit status 2; Ctrl+C
+says what the run recorded.
 """
 
 from __future__ import annotations

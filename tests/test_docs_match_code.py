@@ -114,3 +114,10 @@ def test_the_practice_servers_defaults_on_its_page_are_its_flags() -> None:
                     f"{flag}: the page says {shown.strip()}, the flag's default is {options[flag].default!r}"
                 )
     assert not wrong, "docs/practice-server.md:\n" + "\n".join(wrong)
+
+
+def test_the_command_lines_docstring_lists_every_command() -> None:
+    from felab import cli
+
+    listed = set(re.findall(r"^    felab ([\w-]+) ", cli.__doc__ or "", re.M))
+    assert listed == set(cli.cli.commands), "felab/cli.py's docstring and its commands differ"
