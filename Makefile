@@ -17,7 +17,12 @@ export FELAB_CALLER_DIR ?= $(PWD)
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-$(STAMP): pyproject.toml
+# The learner's settings, started from .env.example on first use: 03-labs/.env is a link to this
+# file, and a link to nothing would make `cp .env.example .env` there refuse to write through it.
+.env:
+	@cp .env.example $@
+
+$(STAMP): pyproject.toml | .env
 	@$(PYTHON) -c 'import sys; (3, 10) <= sys.version_info[:2] <= (3, 13) or sys.exit("error: felab needs Python 3.10 to 3.13; $(PYTHON) is " + sys.version.split()[0] + ". Name another one, for example: make PYTHON=python3.12 setup")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -e .

@@ -193,6 +193,11 @@ def test_every_page_command_works_where_the_page_says(clone: Path, servers: dict
     env = learner_env(clone, servers)
     before = type_in(clone, env, "cd 03-labs\nmake check")
     assert "FIREWORKS_API_KEY is NOT set" in before.stdout, before.stdout + before.stderr
+    # `make` started the kit's .env from .env.example: the link in 03-labs leads to a file, so
+    # `cp` (which refuses to write through a link to nothing) and editors write through it
+    assert (clone / ".env").read_text() == (clone / ".env.example").read_text()
+    copied = type_in(clone, env, "cd 03-labs\ncp .env.example .env")
+    assert copied.returncode == 0, copied.stderr
     # "Put your key in the .env file in 03-labs": one file with the kit's .env
     key = type_in(clone, env, "cd 03-labs\nprintf 'FIREWORKS_API_KEY=fw-put-in-03-labs\\n' > .env")
     assert key.returncode == 0 and (clone / ".env").read_text() == "FIREWORKS_API_KEY=fw-put-in-03-labs\n"
