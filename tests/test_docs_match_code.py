@@ -92,6 +92,8 @@ def flag_default(default: object) -> object:
         return len(default.split(",") if isinstance(default, str) else default)
     if isinstance(default, (int, float)) and not isinstance(default, bool):
         return float(default)
+    if isinstance(default, str):  # flags written from Settings show their default as text
+        return shown_default(default)
     return default
 
 
