@@ -275,3 +275,17 @@ def test_advice_printed_in_the_lesson_folder_through_03_labs_works_there(
         "cd 03-labs && cd lessons/06-prefix-caching\n" + shlex.join([*words, "--dry-run"]),
     )
     assert check.returncode == 0, check.stderr
+
+
+def test_lint_reads_each_file_once() -> None:
+    """`make lint` names felab, lessons and tests: the link 03-labs/lessons adds no second copy."""
+    out = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--show-files", "felab", "lessons", "tests"],
+        cwd=KIT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    files = [Path(line).resolve() for line in out.stdout.splitlines() if line.endswith(".py")]
+    assert files and len(files) == len(set(files))
+    assert not [f for f in out.stdout.splitlines() if "03-labs" in f]
