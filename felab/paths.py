@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dotenv import load_dotenv
+from dotenv import dotenv_values
 
 KIT_ROOT: Path = Path(__file__).resolve().parent.parent
 """The kit's root folder: README.md, Makefile, lessons/ and .env live here."""
@@ -20,7 +20,7 @@ ENV_FILE: Path = KIT_ROOT / ".env"
 LAB_ENV_FILE: Path = KIT_ROOT / "03-labs" / ".env"
 """The `.env` the course names ("the .env file in 03-labs"): a link to ENV_FILE, committed, so
 both names are one file. Should an editor replace the link with a file of its own, that file is
-read too (after ENV_FILE, whose values win)."""
+read too: its values fill those ENV_FILE leaves out or empty (ENV_FILE's win where both set one)."""
 
 
 def load_env() -> None:
@@ -33,9 +33,14 @@ def load_env() -> None:
     `FIREWORKS_API_KEY=... python prefix_bench.py` works as a learner expects, and a value
     changed in `.env` is seen by the next command, not by a process already running.
     """
-    load_dotenv(ENV_FILE, override=False)
+    values = dotenv_values(ENV_FILE) if ENV_FILE.is_file() else {}
     if LAB_ENV_FILE.is_file() and not LAB_ENV_FILE.is_symlink():  # the link was replaced by a file
-        load_dotenv(LAB_ENV_FILE, override=False)
+        for name, value in dotenv_values(LAB_ENV_FILE).items():
+            if value and not values.get(name):  # fills what the kit's file leaves empty (`KEY=`)
+                values[name] = value
+    for name, value in values.items():
+        if value is not None and name not in os.environ:  # what load_dotenv(override=False) does
+            os.environ[name] = value
 
 
 def results_dir() -> Path:

@@ -72,7 +72,7 @@ def test_a_file_in_place_of_the_env_link_is_read_too(tmp_path: Path) -> None:
         "paths.load_env(); print(os.environ.get('FIREWORKS_API_KEY'), os.environ.get('FELAB_MOCK_URL'))"
     )
     kit_env, lab_env = tmp_path / "kit.env", tmp_path / "lab.env"
-    kit_env.write_text("FELAB_MOCK_URL=http://127.0.0.1:9/v1\n")
+    kit_env.write_text("FIREWORKS_API_KEY=\nFELAB_MOCK_URL=http://127.0.0.1:9/v1\n")  # as make starts it
     lab_env.write_text("FIREWORKS_API_KEY=fw-in-03-labs\nFELAB_MOCK_URL=http://127.0.0.1:7/v1\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FELAB_", "FIREWORKS_"))}
     out = subprocess.run(
