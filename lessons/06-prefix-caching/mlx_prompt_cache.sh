@@ -63,10 +63,12 @@ in_hub_cache() {
   local hub="${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}"
   compgen -G "$hub/models--${1//\//--}/snapshots/*/config.json" >/dev/null
 }
-hub_answers() {
-  [[ "${HF_HUB_OFFLINE:-0}" != 1 ]] && python3 -c 'import sys, urllib.request
-urllib.request.urlopen(urllib.request.Request(sys.argv[1], method="HEAD"), timeout=5)' \
-    "${HF_ENDPOINT:-https://huggingface.co}/api/models/$1" 2>/dev/null
+hub_answers() {   # any HTTP answer counts (a gated repo answers 401): only no answer at all is offline
+  [[ "${HF_HUB_OFFLINE:-0}" != 1 ]] && python3 -c 'import sys, urllib.error, urllib.request
+try:
+    urllib.request.urlopen(urllib.request.Request(sys.argv[1], method="HEAD"), timeout=5)
+except urllib.error.HTTPError:
+    pass' "${HF_ENDPOINT:-https://huggingface.co}/api/models/$1" 2>/dev/null
 }
 if [[ ! -d "$MODEL" ]] && ! in_hub_cache "$MODEL" && ! hub_answers "$MODEL"; then
   TINY="$KIT/.tools/tiny-model/hf"

@@ -344,3 +344,25 @@ def test_llama_server_build_shows_its_progress(tmp_path: Path) -> None:
     assert "Building CXX" not in r.stdout  # each step is in the log, not on the screen
     assert (tmp_path / "kit" / ".tools" / "llama-server-build.log").read_text().count("Building CXX") == 40
     assert (tmp_path / "kit" / ".tools" / "bin" / "llama-server").is_file()
+
+
+def test_mlx_prompt_cache_online_goes_on_to_mlx(tmp_path: Path) -> None:
+    """Any HTTP answer from the hub (a 404, a gated repo's 401) means online: no offline paragraph."""
+    import http.server
+    import threading
+
+    hub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)  # 501 to all
+    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    try:
+        kit = kit_copy(tmp_path, LESSON06 / "mlx_prompt_cache.sh", LESSON06 / "prefix_bench.py")
+        (kit / ".venv" / "bin").mkdir(parents=True)
+        (kit / ".venv" / "bin" / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+        (kit / ".venv" / "bin" / "python").chmod(0o755)
+        env = bare_env(
+            HF_HUB_CACHE=str(tmp_path / "empty-hub"), HF_ENDPOINT=f"http://127.0.0.1:{hub.server_port}"
+        )
+        env["PATH"] = f"{another_venv(tmp_path)}:/usr/bin:/bin"
+        r = run_bash(kit / "lessons" / LESSON06.name / "mlx_prompt_cache.sh", env=env)
+        assert r.returncode == 0 and "cannot get the model" not in r.stderr, r.stderr
+    finally:
+        hub.shutdown()
