@@ -239,9 +239,10 @@ def bundle_build() -> None:
 @click.option("--port", default=8770, show_default=True, help="port on 127.0.0.1 (numbers are per address)")
 def bundle_serve(port: int) -> None:
     """Serve build/bundle/ on 127.0.0.1 until Ctrl+C."""
-    from felab.course import bundle as b
+    from felab.course.bundle import SITE
+    from felab.course.serve import served
 
-    with b.served(KIT_ROOT / b.SITE, port) as url:
+    with served(KIT_ROOT / SITE, port) as url:
         click.echo(f"the course pages: {url}  (Ctrl+C stops)")
         try:
             while True:

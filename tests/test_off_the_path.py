@@ -22,7 +22,7 @@ from conftest import KIT, LESSON06, PREFIX_BENCH, run_felab, run_script
 
 from felab import record
 from felab.course import numbers
-from felab.course.bundle import measured_note
+from felab.course.forms import measured_note
 from felab.mock_server.launch import free_port, practice_server, wait_until_serving
 from felab.mock_server.serve import port_is_free
 
@@ -80,7 +80,7 @@ def test_numbers_offer_the_latest_cold_run_and_say_a_later_one_was_warm(isolated
         row("2026-11-30T04:00:00+00:00", 740.0, 36.0, warm=False),
         row("2026-11-30T04:10:00+00:00", 15.0, 11.0, warm=True),
     )
-    field = numbers.NUMBERS["06-prefix-caching"][0]
+    field = numbers.declared()["06-prefix-caching"][0]
     got = numbers.measured(field.source)
     assert got is not None and got["value"] == "740 / 36" and got["warm"] is False
     assert "latest cold run" in got["note"] and "2026-11-30 04:10 UTC started warm" in got["note"]
@@ -95,7 +95,7 @@ def test_numbers_offer_the_latest_cold_run_and_say_a_later_one_was_warm(isolated
 
 def test_numbers_say_when_the_only_run_was_warm(isolated: Path) -> None:
     write_rows(isolated, row("2026-11-30T04:10:00+00:00", 15.0, 11.0, warm=True))
-    got = numbers.measured(numbers.NUMBERS["06-prefix-caching"][0].source)
+    got = numbers.measured(numbers.declared()["06-prefix-caching"][0].source)
     assert got is not None and got["warm"] is True and "started warm" in got["note"]
     text = " ".join(run_felab("numbers").stdout.split())
     assert "15 / 11" in text and "is no cold figure" in text
@@ -103,7 +103,7 @@ def test_numbers_say_when_the_only_run_was_warm(isolated: Path) -> None:
 
 def test_rows_without_warm_start_count_as_cold(isolated: Path) -> None:
     write_rows(isolated, row("2026-11-30T04:00:00+00:00", 900.0, 80.0, warm=None))
-    got = numbers.measured(numbers.NUMBERS["06-prefix-caching"][0].source)
+    got = numbers.measured(numbers.declared()["06-prefix-caching"][0].source)
     assert got is not None and got["value"] == "900 / 80" and got["note"] == ""
 
 
