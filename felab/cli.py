@@ -289,7 +289,8 @@ def numbers(fmt: str | None) -> None:
 @click.argument("number")
 @click.argument("name")
 def new_lesson(number: str, name: str) -> None:
-    """Create lessons/NUMBER-NAME/ with a README in the house sections and a runnable script.
+    """Create lessons/NUMBER-NAME/: a README in the house sections, a runnable script, its
+    course page (page.md) and its numbers (numbers.toml).
 
     \b
     Example:
@@ -300,7 +301,10 @@ def new_lesson(number: str, name: str) -> None:
     folder = create_lesson(number, name)
     files = ", ".join(sorted(p.name for p in folder.iterdir()))
     click.echo(f"created {folder.relative_to(KIT_ROOT)}/ ({files})")
-    click.echo("make smoke now runs it against the practice server.")
+    click.echo(
+        f"`{from_here('make smoke')}` now runs it against the practice server, and "
+        f"`{from_here('make bundle')}` builds its page."
+    )
 
 
 # Commands that live beside what they make.
