@@ -25,17 +25,23 @@ from felab.course import numbers
 from felab.course.forms import measured_note
 from felab.mock_server.launch import free_port, practice_server, wait_until_serving
 from felab.mock_server.serve import port_is_free
+from felab.paths import from_here
 
 LABS = KIT / "03-labs"
 
 
 def make(folder: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """`make ARGS` typed in `folder`, as in a learner's shell (PWD set, not inside another make)."""
+    """`make ARGS` typed in `folder`, as in a learner's shell (PWD set, not inside another make).
+
+    With this test's Python (`PY=`) and a stamp that says it is installed (`STAMP=`): a target
+    that runs runs the kit's code as it is, and never builds a .venv in the checkout.
+    """
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     env["PWD"] = str(folder)
-    return subprocess.run(
-        ["make", *args], cwd=folder, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    stamp = Path(env.get("FELAB_RESULTS_DIR", "/tmp")).parent / "installed.stamp"
+    stamp.touch()  # newer than pyproject.toml: make sees the kit installed
+    made = ["make", *args, f"PY={sys.executable}", f"STAMP={stamp}"]
+    return subprocess.run(made, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def backticked(text: str) -> list[str]:
@@ -280,13 +286,21 @@ def test_each_course_page_target_runs_from_the_lab_book_folder(target: str) -> N
     assert "No rule to make target" not in out.stderr
 
 
-def test_make_check_in_the_lab_book_folder_prints_commands_for_that_folder() -> None:
+def test_make_check_in_the_lab_book_folder_prints_commands_for_that_folder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The practice server's address is one nothing listens on: a learner's `make mock` may hold 8765.
+    port = free_port()
+    monkeypatch.setenv("FELAB_MOCK_URL", f"http://127.0.0.1:{port}/v1")
     out = make(LABS, "check")
     assert out.returncode == 0, out.stderr
     line = next(x for x in out.stdout.splitlines() if x.startswith("llamacpp"))
     assert "bash ../lessons/02-three-local-servers/serve_llamacpp.sh" in line  # works from 03-labs/
-    mock_line = next(x for x in out.stdout.splitlines() if x.startswith("mock"))
-    assert "start: make mock" in mock_line  # make targets work there as typed
+    mock_line = " ".join(next(x for x in out.stdout.splitlines() if x.startswith("mock")).split())
+    assert f"down (start: ../.venv/bin/python -m felab.mock_server --port {port})" in mock_line
+    # and a make target is written as typed there (03-labs/Makefile forwards it), not `make -C ..`
+    monkeypatch.setenv("FELAB_CALLER_DIR", str(LABS))
+    assert from_here("make mock") == "make mock"
 
 
 # ── 2. A Python without the kit gets the exact command, not ModuleNotFoundError ──
