@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -131,3 +132,15 @@ def test_a_second_server_on_the_port_says_the_first_probably_runs(site_url: str,
     assert f"could not serve the bundle on 127.0.0.1:{port}" in text
     assert "an earlier `make bundle-serve` still runs" in text
     assert f"`.venv/bin/python -m felab bundle serve --port {port + 1}`" in text  # from the kit's folder
+
+
+def test_a_silent_connection_is_closed(tmp_path: Path) -> None:
+    # uvicorn's internal protocol with the kit's timers (connections.py), here with 1 s instead
+    # of 10 s; the opt-in tests/test_load.py checks 10 s and trickled heads. Allowed: 5 s.
+    (tmp_path / "index.html").write_text("<p>the course</p>")
+    with serve.served(tmp_path, timeout_s=1.0) as url:
+        port = int(url.rsplit(":", 1)[1].strip("/"))
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            t0 = time.monotonic()
+            assert s.recv(64) == b""  # closed by the server, nothing sent
+            assert 0.5 < time.monotonic() - t0 < 5.0
