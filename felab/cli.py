@@ -205,9 +205,14 @@ def fw_check() -> None:
       FIREWORKS_ACCOUNT_ID=my-account python -m felab fw-check
     """
     require_extra("fireworks", "fw-check")
-    from felab.fireworks.billing import check  # imports the fireworks SDK: only when this command runs
+    from felab.fireworks.billing import CouldNotCheck, check  # the fireworks SDK: only when this runs
 
-    text, status = check()
+    try:
+        text, status = check()
+    except CouldNotCheck as exc:
+        if exc.shown:  # what bills among what could be read, then the error
+            click.echo(exc.shown)
+        raise
     click.echo(text)
     sys.exit(status)
 
