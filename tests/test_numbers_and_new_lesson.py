@@ -163,7 +163,7 @@ def test_a_new_lessons_page_builds_with_its_numbers(tmp_path: Path, isolated: Pa
 @pytest.mark.parametrize(
     ("toml", "said"),
     [
-        ('[[field]]\nkey = "k"\nlabel = "l"\n', "field 1 has no hint"),
+        ('[[field]]\nkey = "k"\nlabel = "l"\n', "field 1 does not follow docs/bundle.md: it has no hint"),
         ('[[field]]\nkey = "k"\nlabel = "l"\nhint = "h"\ncolour = "red"\n', "has unknown colour"),
         (
             '[[field]]\nkey = "k"\nlabel = "l"\nhint = "h"\n[field.source]\nrecords = "r"\n',

@@ -112,7 +112,7 @@ def _keys(table: Any, where: str, need: set[str], may: set[str]) -> None:
     if missing or unknown:
         said = [f"has no {', '.join(sorted(missing))}" if missing else ""]
         said += [f"has unknown {', '.join(sorted(unknown))}" if unknown else ""]
-        raise FelabError(f"{where} {' and '.join(s for s in said if s)} (see docs/bundle.md).")
+        raise FelabError(f"{where} does not follow docs/bundle.md: it {' and '.join(s for s in said if s)}.")
 
 
 def _number(value: Any) -> bool:

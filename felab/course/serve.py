@@ -108,7 +108,10 @@ def served(site: Path, port: int = 0, timeout_s: float = TIMEOUT_S) -> Iterator[
     try:
         while not server.started:
             if not thread.is_alive():
-                raise FelabError(f"the bundle server stopped at start on 127.0.0.1:{port}.")
+                raise FelabError(
+                    f"the bundle server stopped at start on 127.0.0.1:{port} (its own error is printed "
+                    f"above): run `{from_here('make bundle-serve')}` again."
+                )
             time.sleep(0.01)
         yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
     finally:
