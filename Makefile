@@ -17,12 +17,13 @@ export FELAB_CALLER_DIR ?= $(PWD)
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-# The learner's settings, started from .env.example on first use: 03-labs/.env is a link to this
-# file, and a link to nothing would make `cp .env.example .env` there refuse to write through it.
+# The learner's settings, started from .env.example when the kit is installed: 03-labs/.env is a
+# link to this file, and a link to nothing would make `cp .env.example .env` there refuse to write.
 .env:
 	@cp .env.example $@
 
-$(STAMP): pyproject.toml | .env
+$(STAMP): pyproject.toml
+	@test -e .env || cp .env.example .env
 	@$(PYTHON) -c 'import sys; (3, 10) <= sys.version_info[:2] <= (3, 13) or sys.exit("error: felab needs Python 3.10 to 3.13; $(PYTHON) is " + sys.version.split()[0] + ". Name another one, for example: make PYTHON=python3.12 setup")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -e .
@@ -33,7 +34,7 @@ $(VENV)/.installed-%: $(STAMP)
 	@$(PY) -m pip install --quiet -e '.[$*]'
 	@touch $@
 
-setup: $(STAMP) ## create .venv and install the kit (the other targets do this for you)
+setup: $(STAMP) | .env ## create .venv and install the kit, and .env from .env.example (the other targets do this for you)
 
 demo: $(STAMP) ## lesson 06 on the practice server: opening first and time first, one table
 	@$(PY) -m felab demo

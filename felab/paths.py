@@ -15,12 +15,15 @@ from dotenv import dotenv_values
 KIT_ROOT: Path = Path(__file__).resolve().parent.parent
 """The kit's root folder: README.md, Makefile, lessons/ and .env live here."""
 
-ENV_FILE: Path = KIT_ROOT / ".env"
+ENV_FILE: Path = Path(os.environ.get("FELAB_ENV_FILE") or KIT_ROOT / ".env")
+"""The kit's `.env`, or the file `$FELAB_ENV_FILE` names (the tests name one that does not exist,
+so a learner's own .env never reaches a script they run)."""
 
 LAB_ENV_FILE: Path = KIT_ROOT / "03-labs" / ".env"
 """The `.env` the course names ("the .env file in 03-labs"): a link to ENV_FILE, committed, so
 both names are one file. Should an editor replace the link with a file of its own, that file is
-read too: its values fill those ENV_FILE leaves out or empty (ENV_FILE's win where both set one)."""
+read too: its values fill those ENV_FILE leaves out or empty (ENV_FILE's win where both set one),
+unless $FELAB_ENV_FILE names the one file to read."""
 
 
 def load_env() -> None:
@@ -34,7 +37,8 @@ def load_env() -> None:
     changed in `.env` is seen by the next command, not by a process already running.
     """
     values = dotenv_values(ENV_FILE) if ENV_FILE.is_file() else {}
-    if LAB_ENV_FILE.is_file() and not LAB_ENV_FILE.is_symlink():  # the link was replaced by a file
+    replaced = LAB_ENV_FILE.is_file() and not LAB_ENV_FILE.is_symlink()  # an editor replaced the link
+    if replaced and not os.environ.get("FELAB_ENV_FILE"):  # a file named on purpose is the only one
         for name, value in dotenv_values(LAB_ENV_FILE).items():
             if value and not values.get(name):  # fills what the kit's file leaves empty (`KEY=`)
                 values[name] = value

@@ -199,9 +199,11 @@ def type_in(clone: Path, env: dict[str, str], lines: str) -> subprocess.Complete
 @pytest.mark.timeout(600)  # the whole walk: about 20 commands, each a fresh Python
 def test_every_page_command_works_where_the_page_says(clone: Path, servers: dict[str, str]) -> None:
     env = learner_env(clone, servers)
+    setup = type_in(clone, env, "cd 03-labs\nmake setup")  # Day 1 (its .venv is there: .env only)
+    assert setup.returncode == 0, setup.stderr
     before = type_in(clone, env, "cd 03-labs\nmake check")
     assert "FIREWORKS_API_KEY is NOT set" in before.stdout, before.stdout + before.stderr
-    # `make` started the kit's .env from .env.example: the link in 03-labs leads to a file, so
+    # `make setup` started the kit's .env from .env.example: the link in 03-labs leads to a file, so
     # `cp` (which refuses to write through a link to nothing) and editors write through it
     assert (clone / ".env").read_text() == (clone / ".env.example").read_text()
     copied = type_in(clone, env, "cd 03-labs\ncp .env.example .env")
