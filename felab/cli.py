@@ -40,6 +40,10 @@ from felab.targets import TARGETS, configured_model, default_url, key_status, st
 PREFIX_BENCH = LESSONS_DIR / "06-prefix-caching" / "prefix_bench.py"
 
 
+RECORDS_HERE = {"replay"}
+"""Commands that record rows in this process (results.RECORDED knows them): Ctrl+C says which."""
+
+
 class FelabGroup(click.Group):
     """Turns a FelabError into its one-paragraph message and exit status 2."""
 
@@ -55,7 +59,10 @@ class FelabGroup(click.Group):
             if ctx.invoked_subcommand == "fw-check":  # exit 1 would mean "billing": it means unknown
                 fail("interrupted: could not check what is billing on Fireworks. This is not an all-clear.")
                 ctx.exit(EXIT_ERROR)
-            click.echo(f"\ninterrupted: {what_was_recorded()}", err=True)  # as a lesson's Ctrl+C says
+            if ctx.invoked_subcommand in RECORDS_HERE:  # says what it recorded, as a lesson's Ctrl+C does
+                click.echo(f"\ninterrupted: {what_was_recorded()}", err=True)
+            else:  # demo and smoke record in the lesson scripts they run, which say so themselves
+                click.echo("\ninterrupted.", err=True)
             ctx.exit(130)
 
 
@@ -287,6 +294,8 @@ def numbers(fmt: str | None) -> None:
             f"nothing recorded yet under {nb.results_dir()}: run a lesson first "
             f"(`{from_here('make demo')}` does)."
         )
+        for line in nb.not_lesson_lines(found):  # a trace there is no run (felab agent-trace)
+            click.echo(f"  {line}")
         return
     click.echo(nb.as_text(found))
     for key, rows in found.items():

@@ -111,3 +111,11 @@ def test_make_mock_takes_a_port() -> None:
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
+
+
+def test_numbers_with_only_a_trace_says_nothing_is_recorded_and_what_the_trace_is(isolated: Path) -> None:
+    assert CliRunner().invoke(felab_cli.cli, ["agent-trace", "--sessions", "3"]).exit_code == 0
+    out = CliRunner().invoke(felab_cli.cli, ["numbers"])
+    assert out.exit_code == 0 and "nothing recorded yet" in out.output
+    assert "agent-trace.jsonl: a trace to replay, not recorded runs" in out.output
+    assert "skipped" not in out.output
