@@ -40,6 +40,8 @@ def seed_file() -> Path | None:
 
 
 def test_03_labs_links_to_the_kits_lessons_venv_and_env() -> None:
+    if not (KIT_ROOT / ".git").exists():
+        pytest.skip("not a git checkout: what git commits cannot be checked")
     labs = KIT_ROOT / "03-labs"
     for name, target in LINKS.items():
         assert (labs / name).is_symlink() and os.readlink(labs / name) == target, name
@@ -134,6 +136,8 @@ def test_the_page_scan_would_notice_a_new_command() -> None:
 def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh clone of the kit (what is committed), its .venv this test's environment (as
     `make setup` would have made it), its own felab first on the path."""
+    if not (KIT_ROOT / ".git").exists():
+        pytest.skip("not a git checkout: there is nothing to clone")
     kit = tmp_path_factory.mktemp("fresh") / "kit"
     subprocess.run(["git", "clone", "-q", str(KIT_ROOT), str(kit)], check=True, timeout=120)
     (kit / ".venv").symlink_to(Path(sys.prefix))
