@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from felab.mock_server.config import Settings
-from felab.mock_server.fleet import Fleet, Replica
+from felab.mock_server.fleet import Fleet, Replica, Weights
 from felab.mock_server.timing import Prefill
 
 
@@ -111,7 +111,10 @@ class PracticeModel:
     def __init__(self, settings: Settings) -> None:
         self.settings, self.timing = settings, settings.timing
         cache = (settings.cache_blocks, settings.block_tokens, settings.cache_ttl_s)
-        self.fleet = Fleet(settings.replicas, settings.route, cache, self.timing, settings.seed)
+        weights = Weights(
+            settings.route_prefill_weight, settings.route_temperature, settings.route_cache_threshold
+        )
+        self.fleet = Fleet(settings.replicas, settings.route, cache, self.timing, settings.seed, weights)
         self.ids = itertools.count()
         self.live: dict[str, Booking] = {}
         """Bookings whose reply is not over, in the order they were booked."""
@@ -135,6 +138,7 @@ class PracticeModel:
             prompt.keys,
         )
         self.live[booking.rid] = booking
+        replica.active_tokens += prompt.tokens + reply_tokens
         replica.stats.admit(prompt.tokens, booking.cached_tokens)
         return booking
 
@@ -143,7 +147,8 @@ class PracticeModel:
         was really served: the tokens due by then, and the TTFT only if the first token came."""
         sent = booking.reply_tokens if now is None else booking.tokens_due(now)
         booking.replica.stats.served(booking.ttft_s if sent else None, sent)
-        self.live.pop(booking.rid, None)
+        if self.live.pop(booking.rid, None) is not None:
+            booking.replica.active_tokens -= booking.prompt_tokens + booking.reply_tokens
 
     def in_flight(self) -> list[tuple[int, Prefill]]:
         """(replica, turn in its prefill lane) of every request being served now (for the gauges)."""

@@ -62,6 +62,16 @@ class Settings:
     """Reply length when a request sets neither max_tokens nor max_completion_tokens."""
     replicas: int = 1
     route: str = "affinity"
+    route_prefill_weight: float = 1.0
+    """--route prefix: weight of the prefill a replica would do (its backlog and the prompt's
+    uncached tokens) against the tokens it is serving (Dynamo's --kv-overlap-score-weight, 1)."""
+    route_cache_threshold: float = 0.3
+    """--route prefix: a prompt no replica holds more than this share of is cold, and goes to the
+    cheapest replica as if none held any, the one caching least among equals (SGLang's
+    --cache-threshold, 0.3)."""
+    route_temperature: float = 0.0
+    """--route prefix: 0 takes the cheapest replica (ties drawn with --seed); above 0, a softmax
+    draw over the replicas' normalised costs (Dynamo's --router-temperature, 0)."""
     cache_ttl_s: float | None = None
     """Seconds a block may stay unused before it expires; None: never."""
     fail_rate: float = 0.0
@@ -82,6 +92,10 @@ class Settings:
             raise ValueError(f"cache mode must be one of {', '.join(CACHE_MODES)}, not {self.cache_mode!r}")
         if self.seats is not None and not 1 <= self.seats <= self.context_tokens:
             raise ValueError("seats must be 1 or more, and no more than the context's tokens")
+        if self.route_prefill_weight < 0 or self.route_temperature < 0:
+            raise ValueError("the router's prefill weight and temperature must be 0 or more")
+        if not 0 <= self.route_cache_threshold <= 1:
+            raise ValueError("the router's cache threshold is a share of the prompt, from 0 to 1")
         if self.route not in ROUTES:
             raise ValueError(f"route must be one of {', '.join(ROUTES)}, not {self.route!r}")
 
