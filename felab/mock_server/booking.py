@@ -142,6 +142,8 @@ class PracticeModel:
     def book(self, prompt: Prompt, reply_tokens: int, arrival: float, now: float) -> Booking:
         """Route, seat, look up, queue, insert and count one request that arrived at `arrival`."""
         ready = arrival + self.timing.overhead_ms / 1000  # its prefill may start then, not before
+        if self.hung_up:  # bounded by what is in flight, also when nobody hangs up again
+            self.forget_hung_up(now)
         replica = self.fleet.pick(prompt.tokens, prompt.keys, prompt.session, now, ready)
         seat, reused = None, 0
         if replica.seats is not None:  # it waits for a seat first (seats.py)
@@ -205,11 +207,15 @@ class PracticeModel:
             earlier = (g for g in self.hung_up.values() if g.replica is booking.replica and g is not booking)
             relied_on = [g for g in earlier if _shared(booking, g) > g.found_blocks] + [booking]
             moved = [turn for ghost in relied_on for turn in self._release(ghost, now)]
-            for rid in [rid for rid, g in self.hung_up.items() if g.turn.end <= now or not g.turn.seconds]:
-                del self.hung_up[rid]  # nothing of it left to give back
+            self.forget_hung_up(now)
         if booking.replica.seats is not None:  # its seat is free: those waiting for one move up
             moved += self._reseat(booking.replica, now)
         return bool(moved)
+
+    def forget_hung_up(self, now: float) -> None:
+        """Drop the hung-up prompts with nothing left to give back: their kept prefill is over."""
+        for rid in [rid for rid, g in self.hung_up.items() if g.turn.end <= now or not g.turn.seconds]:
+            del self.hung_up[rid]
 
     def _reseat(self, replica: Replica, now: float) -> list[Prefill]:
         """Admit again, first come first served, the requests still waiting for a seat on `replica`
