@@ -234,3 +234,12 @@ def test_each_further_stream_decoding_on_the_replica_slows_a_new_stream() -> Non
     assert first.interval_s == pytest.approx(0.0025) and second.interval_s == pytest.approx(0.00375)
     later = model.book(prompt([3]), 10, arrival=2.0, now=2.0)  # the first is over by then
     assert later.interval_s == pytest.approx(0.0025)
+
+
+def test_the_wait_for_a_seat_counts_as_queue_time() -> None:
+    # One seat: the second request is admitted when the first reply ends (15 + 25.6 + 997.5 ms)
+    # and its prefill starts then: all of it after its overhead is queue (replay's queue column).
+    model = PracticeModel(Settings(seats=1))
+    model.book(prompt([1]), 400, arrival=0.0, now=0.0)
+    second = model.book(prompt([2]), 1, arrival=0.0, now=0.0)
+    assert second.queue_s == pytest.approx(1.0381 - 0.015)

@@ -58,6 +58,8 @@ class Booking:
     """The prompt's block keys; the first `found_blocks` were in the cache when it was booked."""
     seat: Seat | None = None
     """The seat it holds from admission (`turn.ready_at`) to its reply's end; None: no limit."""
+    ready: float = 0.0
+    """When its prefill could have started on an idle server: arrival plus the overhead."""
 
     @property
     def found_blocks(self) -> int:
@@ -75,8 +77,8 @@ class Booking:
 
     @property
     def queue_s(self) -> float:
-        """Time spent waiting for the prefill lane (behind other prompts), after the overhead."""
-        return self.turn.start - self.turn.ready_at
+        """Time spent waiting, after the overhead: for a seat (if limited), then for the prefill lane."""
+        return self.turn.start - self.ready
 
     def tokens_due(self, now: float) -> int:
         """How many reply tokens were due by `now` (what a client that left then had received)."""
@@ -145,24 +147,23 @@ class PracticeModel:
         if self.hung_up:  # bounded by what is in flight, also when nobody hangs up again
             self.forget_hung_up(now)
         replica = self.fleet.pick(prompt.tokens, prompt.keys, prompt.session, now, ready)
-        seat, reused = None, 0
+        seat, admission, reused = None, ready, 0
         if replica.seats is not None:  # it waits for a seat first (seats.py)
-            seat, ready, reused = replica.seats.admit(ready, prompt.keys)
+            seat, admission, reused = replica.seats.admit(ready, prompt.keys)
         if self.settings.cache_mode == "blocks":
             uncached = replica.cache.uncached_tokens(prompt.tokens, prompt.keys, now)
         else:  # seat-prefix: what its seat's last prompt shares with it
             uncached = prompt.tokens - reused * replica.cache.block_tokens
         cached = prompt.tokens - uncached
-        turn = replica.lane.book(ready, self.timing.prefill_s(uncached, cached), now)
+        turn = replica.lane.book(admission, self.timing.prefill_s(uncached, cached), now)
         if self.settings.cache_mode == "blocks":
             replica.cache.insert(prompt.keys, used_at=turn.end)
         interval = self.timing.token_interval_s(self.streams(replica, turn.end))
         rid = f"{next(self.ids)}"
-        b = Booking(
-            rid, replica, prompt.tokens, cached, reply_tokens, arrival, turn, interval, prompt.keys, seat
-        )
+        b = Booking(rid, replica, prompt.tokens, cached, reply_tokens, arrival, turn, interval, prompt.keys)
+        b.seat, b.ready = seat, ready
         if replica.seats is not None and seat is not None:
-            replica.seats.hold(seat, ready, b.reply_end, prompt.keys)
+            replica.seats.hold(seat, admission, b.reply_end, prompt.keys)
         self.live[b.rid] = b
         replica.active_tokens += prompt.tokens + reply_tokens
         replica.stats.admit(prompt.tokens, cached)
@@ -231,7 +232,7 @@ class PracticeModel:
 
         def admit(turn: Prefill) -> None:  # before the lane places its turn: its (earlier) seat
             if (b := waiting.get(id(turn))) is not None and replica.seats is not None:
-                seat, at, _ = replica.seats.admit(b.arrival + self.timing.overhead_ms / 1000, b.keys)
+                seat, at, _ = replica.seats.admit(b.ready, b.keys)
                 b.seat, turn.ready_at, seated[id(turn)] = (
                     seat,
                     at,
