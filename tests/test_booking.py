@@ -243,3 +243,13 @@ def test_the_wait_for_a_seat_counts_as_queue_time() -> None:
     model.book(prompt([1]), 400, arrival=0.0, now=0.0)
     second = model.book(prompt([2]), 1, arrival=0.0, now=0.0)
     assert second.queue_s == pytest.approx(1.0381 - 0.015)
+
+
+def test_a_seat_keeps_only_what_a_hung_up_prompt_had_read() -> None:
+    # seat-prefix: a 40-block prompt hangs up at 0.5 s, ~half read ((0.5 - 0.015) x 2,500 =
+    # 1,212 tokens: 18 whole blocks). The same prompt again reuses those 18 blocks from its seat.
+    model = PracticeModel(Settings(seats=1, cache_mode="seat-prefix"))
+    first = model.book(prompt(list(range(40))), 1, arrival=0.0, now=0.0)
+    model.cancel(first, now=0.5)
+    again = model.book(prompt(list(range(40))), 1, arrival=1.0, now=1.0)
+    assert again.cached_tokens == 18 * 64

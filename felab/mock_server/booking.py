@@ -2,10 +2,12 @@
 
     book(prompt, reply_tokens, arrival, now)  ->  Booking
       1. route    the fleet picks a replica                              (fleet.py)
-      2. look up  the replica's cache: how much of the prompt it holds   (cache.py)
-      3. queue    the replica's prefill lane gives the prompt its turn   (timing.py)
-      4. insert   the prompt's blocks are cached, in use until its prefill ends
-      5. count    the replica's counters (/metrics); the usage the client gets
+      2. seat     with --seats, it waits for one, first come first served (seats.py)
+      3. look up  the replica's cache: how much of the prompt it holds   (cache.py;
+                  with --cache-mode seat-prefix, what its seat last read)
+      4. queue    the replica's prefill lane gives the prompt its turn   (timing.py)
+      5. insert   the prompt's blocks are cached, in use until its prefill ends
+      6. count    the replica's counters (/metrics); the usage the client gets
 
 The Booking it returns is the prediction: when the first token comes, and every
 token after it. The HTTP layer (app.py) only parses a request, books it here and
@@ -257,6 +259,8 @@ class PracticeModel:
         moved = replica.lane.cancel(turn, now, keep_s=self.timing.prefill_s(needed * block, before))
         kept = ghost.found_blocks + self.timing.prefilled_tokens(turn.seconds, before) // block
         replica.cache.forget(ghost.keys[kept:])
+        if ghost.seat is not None and ghost.seat.keys is ghost.keys:  # seat-prefix: what it read
+            ghost.seat.keys = ghost.keys[:kept]
         # Its kept blocks were last used when its (shortened) prefill stops, not at the old end:
         # the time to live counts from then (unless a later prompt has used them since).
         replica.cache.restamp(ghost.keys[:kept], booked_end, max(now, turn.end))
