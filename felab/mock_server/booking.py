@@ -154,8 +154,8 @@ class PracticeModel:
             seat, admission, reused = replica.seats.admit(ready, prompt.keys)
         if self.settings.cache_mode == "blocks":
             uncached = replica.cache.uncached_tokens(prompt.tokens, prompt.keys, now)
-        else:  # seat-prefix: what its seat's last prompt shares with it
-            uncached = prompt.tokens - reused * replica.cache.block_tokens
+        else:  # seat-prefix: what its seat's last prompt shares with it; llama.cpp reads one token
+            uncached = max(prompt.tokens - reused * replica.cache.block_tokens, min(prompt.tokens, 1))
         cached = prompt.tokens - uncached
         turn = replica.lane.book(admission, self.timing.prefill_s(uncached, cached), now)
         if self.settings.cache_mode == "blocks":
