@@ -79,11 +79,14 @@ def _name_lookup_said(exc: BaseException) -> int | None:
 
 
 def _address_advice(engine: Engine | None, name: str) -> str:
-    """Where the address came from, and what it is when unset."""
+    """Where the address may have come from, and what each place gives when unset."""
     if engine is None:
         return "Check the address you gave (--base-url)."
-    where = f"--base-url, FELAB_{name.upper()}_URL" + (f" or {engine.root_env}" if engine.root_env else "")
-    return f"Check the address ({where}; unset, it is {engine.url})."
+    said = f"Check where the address came from: --base-url, FELAB_{name.upper()}_URL (unset, {engine.url})"
+    if engine.root_env:
+        root = engine.url.removesuffix(engine.api_path)
+        said += f" or {engine.root_env} (the service's root; unset, {root})"
+    return said + "."
 
 
 def unreachable(exc: BaseException, target: Target) -> FelabError:
@@ -117,8 +120,8 @@ def unreachable(exc: BaseException, target: Target) -> FelabError:
             else ""
         )
         return FelabError(
-            f"Something at {url} accepted the connection, then reset it without answering: a program "
-            f"listens there, but dropped the request (it may not be an HTTP server, may be at its limit "
+            f"Something at {url} accepted the connection, then reset or closed it without answering: a "
+            f"program listens there, but dropped the request (it may not be an HTTP server, may be at its limit "
             f"of connections, or a proxy or firewall cut it).{see} If it is the {name} server, look at "
             f"its terminal for an error and restart it; if it is another program, pass the {name} "
             f"server's address with --base-url."
@@ -198,6 +201,9 @@ def explain(exc: Exception, target: Target) -> FelabError:
         return FelabError(too_long(target, over, request_chars(exc)))
     error = server_error(exc)
     said, status = error.said, error.status
+    if isinstance(exc, openai.APIStatusError) and not _is_json(exc):  # a page, not an error object
+        kind = exc.response.headers.get("content-type", "no content type").split(";")[0]
+        said = f"a {kind} page" if "html" in kind else " ".join(said.split())[:200]
     if not isinstance(exc, openai.APIStatusError):  # an error event inside a streamed reply
         return FelabError(
             f"The {name} server at {url} sent an error in place of its reply "
@@ -213,8 +219,7 @@ def explain(exc: Exception, target: Target) -> FelabError:
             f"usually ends in /v1. Pass `--base-url {url}/v1`."
         )
     if status in (404, 405, 501) and not _is_json(exc):  # a web server, not an OpenAI API
-        kind = exc.response.headers.get("content-type", "no content type").split(";")[0]
-        return not_openai(target, f"{exc.request.method} {exc.request.url.path}", status, f"a {kind} page")
+        return not_openai(target, f"{exc.request.method} {exc.request.url.path}", status, said)
     if status == 404:
         where = engine.models_from if engine else "`make check` shows the models it serves"
         return FelabError(
