@@ -121,10 +121,10 @@ def unreachable(exc: BaseException, target: Target) -> FelabError:
         )
         return FelabError(
             f"Something at {url} accepted the connection, then reset or closed it without answering: a "
-            f"program listens there, but dropped the request (it may not be an HTTP server, may be at its limit "
-            f"of connections, or a proxy or firewall cut it).{see} If it is the {name} server, look at "
-            f"its terminal for an error and restart it; if it is another program, pass the {name} "
-            f"server's address with --base-url."
+            f"program listens there, but dropped the request (it may not be an HTTP server, may be at "
+            f"its limit of connections, or a proxy or firewall cut it).{see} If it is the {name} server, "
+            f"look at its terminal for an error and restart it; if it is another program, pass the "
+            f"{name} server's address with --base-url."
         )
     if kind == TLS:
         plain = url.replace("https://", "http://", 1)
