@@ -8,6 +8,7 @@ banner(target)             # which server and model this run measures (never the
 from __future__ import annotations
 
 import argparse
+import json
 import re
 
 import openai
@@ -78,12 +79,14 @@ def with_scheme(url: str, source: str) -> str:
 def served_model(target: Target) -> str:
     """Ask a local server which model it serves (`GET /v1/models`); a server whose answer is not
     OpenAI's list of models is named as one that does not speak OpenAI's API."""
-    try:
-        listed = client(target, timeout=5.0).get("/models", cast_to=object)  # the JSON as sent
+    try:  # the reply as sent (the SDK's raw response), so a page that is not OpenAI's is seen as such
+        page = client(target, timeout=5.0).models.with_raw_response.list().text
     except openai.OpenAIError as exc:
         raise explain(exc, target) from exc
-    except ValueError:  # declared JSON, but not JSON
-        listed = None
+    try:
+        listed: object = json.loads(page)
+    except ValueError:  # a web page, or nothing
+        listed = page
     ids = model_ids(listed)
     if ids is None:
         kind = "a web page" if isinstance(listed, str) else "something other than a list of models"
