@@ -206,8 +206,8 @@ def explain(exc: Exception, target: Target) -> FelabError:
         said = f"a {kind} page" if "html" in kind else " ".join(said.split())[:200]
     if not isinstance(exc, openai.APIStatusError):  # an error event inside a streamed reply
         return FelabError(
-            f"The {name} server at {url} sent an error in place of its reply "
-            f"(HTTP {status or 'status not given'}: {said})."
+            f"The {name} server at {url} sent an error inside its streamed reply "
+            f"(HTTP {status or 'status not given'}: {said}). Its words say what to change; run again then."
         )
     status = exc.status_code
     meaning = f" {engine.meanings[status]}" if engine and status in engine.meanings else ""

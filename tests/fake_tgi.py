@@ -50,8 +50,10 @@ def launcher_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def refusal(args: argparse.Namespace, prompt: int, max_new: int) -> str | None:
-    """TGI's validation of one request: its error's words, or None if it fits."""
+def refusal(args: argparse.Namespace, prompt: int, max_new: int, temperature: float | None) -> str | None:
+    """TGI's validation of one request: its error's words, or None if it passes."""
+    if temperature is not None and temperature <= 0:
+        return "`temperature` must be strictly positive"
     if prompt + max_new > args.max_total_tokens:
         return (
             f"`inputs` tokens + `max_new_tokens` must be <= {args.max_total_tokens}. "
@@ -92,7 +94,7 @@ def _handler(args: argparse.Namespace) -> type[BaseHTTPRequestHandler]:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             prompt = sum(len(str(m.get("content", ""))) for m in body["messages"]) // 4
             max_new = body.get("max_tokens") or max(args.max_total_tokens - prompt, 0)
-            why = refusal(args, prompt, max_new)
+            why = refusal(args, prompt, max_new, body.get("temperature"))
             if why and not body.get("stream"):
                 self._json(422, {"error": f"Input validation error: {why}", "error_type": "validation"})
                 return

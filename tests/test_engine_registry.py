@@ -110,17 +110,18 @@ def test_the_422_of_a_request_that_is_not_streamed(monkeypatch: pytest.MonkeyPat
 
 
 def test_another_tgi_validation_error_is_its_words_not_a_context_fix() -> None:
-    target = Target("tgi", "http://127.0.0.1:8082/v1", MODEL, "x", False)
-    error = openai.APIError(
-        "Input validation error: `temperature` must be strictly positive",
-        request=None,  # type: ignore[arg-type]
-        body={
-            "message": "Input validation error: `temperature` must be strictly positive",
-            "http_status_code": 422,
-        },
-    )
-    said = explain(error, target).message
-    assert "sent an error in place of its reply (HTTP 422: Input validation error: `temperature`" in said
+    from felab import FelabError, stream_once
+
+    with fake_tgi() as url:
+        api = client(Target("tgi", url, MODEL, "x", False))
+        with pytest.raises(FelabError) as caught:  # TGI refuses it in the stream it has started
+            stream_once(api, MODEL, [{"role": "user", "content": "hi"}], temperature=0.0)
+        said = caught.value.message
+        assert (
+            "sent an error inside its streamed reply (HTTP 422: Input validation error: `temperature`" in said
+        )
+        assert "cut off" not in said and "--max-total-tokens" not in said
+        assert stream_once(api, MODEL, [{"role": "user", "content": "hi"}], temperature=0.7).ttft_ms > 0
 
 
 # ── The registry is the one place ─────────────────────────────────────────────
