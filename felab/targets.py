@@ -25,15 +25,10 @@ from dataclasses import dataclass
 
 from felab import paths
 from felab.engine_families import ENGINES
-from felab.engine_families.family import ASK_SERVER, LOOPBACK, Engine, port_of
+from felab.engine_families.family import LOOPBACK, Engine
 from felab.engine_families.fireworks import ROOT as FIREWORKS_ROOT
 from felab.errors import FelabError
 from felab.paths import load_env
-
-__all__ = ["ASK_SERVER", "FIREWORKS_ROOT", "LOOPBACK", "TARGETS", "TargetSpec", "port_of"]
-
-TargetSpec = Engine
-"""A target's defaults: its engine's record (felab/engine_families/family.py)."""
 
 TARGETS: dict[str, Engine] = ENGINES
 """Every target by name: the engine registry (felab/engine_families/), one module per engine."""
@@ -156,12 +151,6 @@ def start_command(name: str, base_url: str) -> str | None:
 def exposes_key(url: str) -> bool:
     """Would a key sent to `url` cross the network unencrypted (plain http:// to another machine)?"""
     return url.startswith("http://") and not LOOPBACK.match(url)
-
-
-def moved_port(name: str, base_url: str) -> int | None:
-    """The port of a local server of target `name` at `base_url`, if it is not the table's
-    (a start command must then say it); None for the usual port or a remote address."""
-    return TARGETS[name].moved_port(base_url)
 
 
 def cold_start_advice(target: Target) -> str:
