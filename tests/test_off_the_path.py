@@ -7,6 +7,7 @@ what that printed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -502,10 +503,11 @@ def test_a_web_server_that_is_not_an_llm_server_is_named(web_server: str, mock_u
     assert run_script(PREFIX_BENCH, "--base-url", mock_url, "--quick").returncode == 0  # an LLM server's
 
 
-@pytest.fixture
-def resets():
-    """A program that accepts each connection and resets it at once (SO_LINGER 0), as a server
-    at its limit, or something that is not an HTTP server, can."""
+@pytest.fixture(params=["reset", "close"])
+def resets(request: pytest.FixtureRequest):
+    """A program that accepts each connection and drops it without an answer, as a server at its
+    limit, or something that is not an HTTP server, can: reset at once (SO_LINGER 0), or read
+    the request and close (the client sees "disconnected without sending a response")."""
     import struct
     import threading
 
@@ -521,7 +523,16 @@ def resets():
                 conn, _ = listener.accept()
             except OSError:
                 continue
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            if request.param == "reset":
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            else:
+                conn.settimeout(2)
+                with contextlib.suppress(OSError):
+                    read = b""
+                    while b"\r\n\r\n" not in read and (more := conn.recv(65536)):
+                        read += more
+                    conn.shutdown(socket.SHUT_WR)  # an orderly close, no reply
+                    time.sleep(0.05)
             conn.close()
 
     thread = threading.Thread(target=serve, daemon=True)
