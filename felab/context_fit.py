@@ -1,19 +1,13 @@
 """A prompt longer than the server's context: what the server reported, and the restart that fits.
 
 Every engine says it in its own words (HTTP 400 for most, 422 for TGI, or an error event
-inside a stream), and each engine family (felab/engine_families/) reads its own:
-
-    llama.cpp   type `exceed_context_size_error`, with `n_prompt_tokens` and `n_ctx` (the seat's)
-    vLLM        param `input_tokens` (0.11 and later), or "maximum context length is N tokens"
-    SGLang      "Input length (P tokens) exceeds the maximum allowed length (N tokens)"
-    Ollama      "the input length exceeds the context length" (no numbers; ask GET /api/ps)
-    TGI         "`inputs` tokens + `max_new_tokens` must be <= N. Given: P `inputs` tokens and R ..."
-    practice    code `context_length_exceeded` (OpenAI's), "maximum context length is N tokens"
-
-An error is read by every family, not only the target's (a learner may point `--target
-vllm` at any server); the advice is the target's family's, worked out from those numbers
-and from what the server says about itself, never the configuration that just failed:
-the context that fits is the next power of two above the prompt and room for the reply.
+inside a stream); each engine family in felab/engine_families/ reads its own
+(`Engine.read_overflow`, its module's docstring quotes the wording) and knows the restart
+that fits (`Engine.fit_context`). An error is read by every family, not only the
+target's (a learner may point `--target vllm` at any server); the advice is the target's
+family's, worked out from the server's numbers and from what it says about itself, never
+the configuration that just failed: the context that fits is the next power of two above
+the prompt and room for the reply.
 """
 
 from __future__ import annotations
