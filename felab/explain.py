@@ -229,9 +229,13 @@ def explain(exc: Exception, target: Target) -> FelabError:
     if status == 429:
         wait = exc.response.headers.get("retry-after")
         when = f"{wait} s" if wait else "a minute"
+        if meaning:  # this engine's 429 is not OpenAI's rate limit
+            return FelabError(
+                f"The {name} server turned this request away (HTTP 429: {said}).{meaning} Wait {when} "
+                f"and run again."
+            )
         return FelabError(
-            f"The {name} server is turning requests away for now (HTTP 429: {said}).{meaning} "
-            f"Wait {when} and run again."
+            f"The {name} server is rate limiting this key (HTTP 429: {said}). Wait {when} and run again."
         )
     if status == 503:
         return FelabError(

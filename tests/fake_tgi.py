@@ -6,12 +6,13 @@ advised `text-generation-launcher ...` command says. It checks them as the launc
 (`--max-input-tokens` below `--max-total-tokens`; a prefill batch that holds a whole prompt)
 and validates each chat request as TGI's router does (router/src/validation.rs): prompt and
 `max_new_tokens` against `--max-total-tokens` first, then the prompt against
-`--max-input-tokens`. A request over them gets TGI's answer (router/src/server.rs,
-infer/mod.rs):
+`--max-input-tokens`; past `--max-concurrent-requests` in flight, "Model is overloaded" (429).
+A request refused gets TGI's answer (router/src/server.rs, infer/mod.rs):
 
     not streamed   HTTP 422 {"error": "Input validation error: <why>", "error_type": "validation"}
-    streamed       HTTP 200, `data: {"error": {"message": "Input validation error: <why>",
-                   "http_status_code": 422}}`, then `data: [DONE]` (TGI 2.4.1 and later)
+                   (HTTP 429 {"error": "Model is overloaded", "error_type": "overloaded"})
+    streamed       HTTP 200, `data: {"error": {"message": "<the same words>", "http_status_code": 422}}`,
+                   then `data: [DONE]` (TGI 2.4.1 and later; 422 whatever the error)
 
 Tokens are counted as 4 characters each (English text with a Llama tokenizer, roughly).
 """
@@ -36,6 +37,7 @@ def launcher_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-input-tokens", type=int, default=1024)
     parser.add_argument("--max-total-tokens", type=int, default=2048)
     parser.add_argument("--max-batch-prefill-tokens", type=int, default=4096)
+    parser.add_argument("--max-concurrent-requests", type=int, default=128)
     args, _ = parser.parse_known_args(argv)
     if args.max_input_tokens >= args.max_total_tokens:
         raise SystemExit(
@@ -65,6 +67,8 @@ def refusal(args: argparse.Namespace, prompt: int, max_new: int, temperature: fl
 
 
 def _handler(args: argparse.Namespace) -> type[BaseHTTPRequestHandler]:
+    seats = threading.BoundedSemaphore(args.max_concurrent_requests) if args.max_concurrent_requests else None
+
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *_: object) -> None:
             pass
@@ -92,11 +96,31 @@ def _handler(args: argparse.Namespace) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            # TGI's Overloaded: 429 (an event inside a stream)
+            if seats is None or not seats.acquire(blocking=False):
+                self._refuse(body, 429, "Model is overloaded", "overloaded")
+                return
+            try:
+                self._chat(body)
+            finally:
+                seats.release()
+
+        def _refuse(self, body: dict, status: int, message: str, error_type: str) -> None:
+            if not body.get("stream"):
+                self._json(status, {"error": message, "error_type": error_type})
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            self._event({"error": {"message": message, "http_status_code": 422}})  # 422 for any error
+            self._event("[DONE]")
+
+        def _chat(self, body: dict) -> None:
             prompt = sum(len(str(m.get("content", ""))) for m in body["messages"]) // 4
             max_new = body.get("max_tokens") or max(args.max_total_tokens - prompt, 0)
             why = refusal(args, prompt, max_new, body.get("temperature"))
-            if why and not body.get("stream"):
-                self._json(422, {"error": f"Input validation error: {why}", "error_type": "validation"})
+            if why:
+                self._refuse(body, 422, f"Input validation error: {why}", "validation")
                 return
             if not body.get("stream"):
                 self._json(200, self._completion(prompt))
@@ -104,14 +128,11 @@ def _handler(args: argparse.Namespace) -> type[BaseHTTPRequestHandler]:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
-            if why:
-                self._event({"error": {"message": f"Input validation error: {why}", "http_status_code": 422}})
-            else:
-                for text in ("Hi", " there"):
-                    self._event(self._chunk({"content": text}, None))
-                last = self._chunk({}, "length")
-                last["usage"] = {"prompt_tokens": prompt, "completion_tokens": 2, "total_tokens": prompt + 2}
-                self._event(last)
+            for text in ("Hi", " there"):
+                self._event(self._chunk({"content": text}, None))
+            last = self._chunk({}, "length")
+            last["usage"] = {"prompt_tokens": prompt, "completion_tokens": 2, "total_tokens": prompt + 2}
+            self._event(last)
             self._event("[DONE]")
 
         def _chunk(self, delta: dict, finish: str | None) -> dict:

@@ -124,6 +124,20 @@ def test_another_tgi_validation_error_is_its_words_not_a_context_fix() -> None:
         assert stream_once(api, MODEL, [{"role": "user", "content": "hi"}], temperature=0.7).ttft_ms > 0
 
 
+def test_tgis_429_is_its_queue_not_a_rate_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(KIT)
+    ask = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+    with fake_tgi("--max-concurrent-requests", "0") as url:
+        target = Target("tgi", url, MODEL, "not-needed", False)
+        with pytest.raises(openai.RateLimitError) as caught:
+            client(target).chat.completions.create(**ask)
+    said = explain(caught.value, target).message
+    assert "turned this request away (HTTP 429: Model is overloaded)" in said
+    assert "--max-concurrent-requests" in said and "rate limiting this key" not in said
+    with fake_tgi("--max-concurrent-requests", "128") as url:  # following it: a larger value
+        assert client(Target("tgi", url, MODEL, "x", False)).chat.completions.create(**ask).choices
+
+
 # ── The registry is the one place ─────────────────────────────────────────────
 
 READERS = ["felab/targets.py", "felab/connect.py", "felab/explain.py", "felab/context_fit.py"]

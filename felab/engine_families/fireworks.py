@@ -37,9 +37,5 @@ ENGINE = Engine(
     read_overflow=openai_overflow,
     fit_context=choose_another,
     forget_cache=forget_cache,
-    meanings={
-        429: "Fireworks limits the requests a key may send a minute.",
-        503: "A serverless model scales up from zero after a quiet spell.",
-    },
     models_from="copy a current id from its model library (https://fireworks.ai/models)",
 )
