@@ -574,3 +574,9 @@ def test_connection_failure_names_each_cause_for_other_callers(resets: int) -> N
     assert failure("http://127.0.0.1:9/v1") == REFUSED
     assert failure(f"http://127.0.0.1:{resets}/v1") == RESET
     assert failure("http://no-such-host.invalid/v1") == NO_NAME
+    # What the real-time replay holds is stream_once()'s FelabError: its cause is read the same way.
+    from felab import FelabError, stream_once
+
+    with pytest.raises(FelabError) as caught:
+        stream_once(client(Target("vllm", f"http://127.0.0.1:{resets}/v1", "m", "k", False)), "m", [])
+    assert connection_failure(caught.value) == RESET and "accepted the connection" in caught.value.message
