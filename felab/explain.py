@@ -218,8 +218,11 @@ def explain(exc: Exception, target: Target) -> FelabError:
             f"The {name} server at {url} answered HTTP 404 ({said}): its OpenAI-compatible address "
             f"usually ends in /v1. Pass `--base-url {url}/v1`."
         )
+    asked = f"{exc.request.method} {exc.request.url.path}"
     if status in (404, 405, 501) and not _is_json(exc):  # a web server, not an OpenAI API
-        return not_openai(target, f"{exc.request.method} {exc.request.url.path}", status, said)
+        return not_openai(target, asked, status, said)
+    if status == 404 and asked.endswith("/models"):  # every OpenAI-compatible server lists its models
+        return not_openai(target, asked, status, f"the words {said!r}")
     if status == 404:
         where = engine.models_from if engine else "`make check` shows the models it serves"
         return FelabError(

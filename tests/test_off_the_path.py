@@ -503,6 +503,36 @@ def test_a_web_server_that_is_not_an_llm_server_is_named(web_server: str, mock_u
     assert run_script(PREFIX_BENCH, "--base-url", mock_url, "--quick").returncode == 0  # an LLM server's
 
 
+def test_a_json_api_that_is_not_an_llm_server_is_named_too(mock_url: str) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class FastApiLike(BaseHTTPRequestHandler):  # a JSON API with other routes: 404 {"detail": ...}
+        def log_message(self, *_: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            data = b'{"detail":"Not Found"}'
+            self.send_response(404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FastApiLike)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        out = run_script(PREFIX_BENCH, "--target", "vllm", "--base-url", url, "--quick")
+    finally:
+        server.shutdown()
+        server.server_close()
+    said = " ".join(out.stderr.split())
+    assert out.returncode == 2 and f"The server at {url} answered GET /v1/models with HTTP 404" in said
+    assert "not one that speaks OpenAI's API" in said and "no model ''" not in said
+    assert run_script(PREFIX_BENCH, "--base-url", mock_url, "--quick").returncode == 0  # an LLM server's
+
+
 @pytest.fixture(params=["reset", "close"])
 def resets(request: pytest.FixtureRequest):
     """A program that accepts each connection and drops it without an answer, as a server at its
