@@ -30,7 +30,8 @@ def server_error(exc: openai.APIError) -> ServerError:
     body: Any = exc.body
     fields = body if isinstance(body, dict) else {}
     status = exc.status_code if isinstance(exc, openai.APIStatusError) else fields.get("http_status_code")
-    said = fields.get("message") if isinstance(fields.get("message"), str) else None
+    words = [fields.get(k) for k in ("message", "detail")]  # OpenAI's envelope, or FastAPI's
+    said = next((w for w in words if isinstance(w, str) and w), None)
     said = said or (body if isinstance(body, str) else exc.message)
     return ServerError(status if isinstance(status, int) else None, fields, str(said))
 

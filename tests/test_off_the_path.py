@@ -503,17 +503,24 @@ def test_a_web_server_that_is_not_an_llm_server_is_named(web_server: str, mock_u
     assert run_script(PREFIX_BENCH, "--base-url", mock_url, "--quick").returncode == 0  # an LLM server's
 
 
-def test_a_json_api_that_is_not_an_llm_server_is_named_too(mock_url: str) -> None:
+@pytest.mark.parametrize(
+    ("status", "body", "what"),
+    [(404, b'{"detail":"Not Found"}', "the words 'Not Found'"), (200, b'{"status":"ok"}', "something other")],
+    ids=["404", "200-not-a-list"],
+)
+def test_a_json_api_that_is_not_an_llm_server_is_named_too(
+    mock_url: str, status: int, body: bytes, what: str
+) -> None:
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    class FastApiLike(BaseHTTPRequestHandler):  # a JSON API with other routes: 404 {"detail": ...}
+    class FastApiLike(BaseHTTPRequestHandler):  # a JSON API with other routes
         def log_message(self, *_: object) -> None:
             pass
 
         def do_GET(self) -> None:
-            data = b'{"detail":"Not Found"}'
-            self.send_response(404)
+            data = body
+            self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -528,7 +535,10 @@ def test_a_json_api_that_is_not_an_llm_server_is_named_too(mock_url: str) -> Non
         server.shutdown()
         server.server_close()
     said = " ".join(out.stderr.split())
-    assert out.returncode == 2 and f"The server at {url} answered GET /v1/models with HTTP 404" in said
+    assert (
+        out.returncode == 2 and f"The server at {url} answered GET /v1/models with HTTP {status} and" in said
+    )
+    assert what in said
     assert "not one that speaks OpenAI's API" in said and "no model ''" not in said
     assert run_script(PREFIX_BENCH, "--base-url", mock_url, "--quick").returncode == 0  # an LLM server's
 
