@@ -18,7 +18,8 @@ from conftest import KIT, PREFIX_BENCH, run_script
 from fake_engines import fake_engine
 from fake_llamacpp import Seats, fake_llamacpp
 
-from felab.context_fit import LLAMACPP_DEFAULT_REPO, fits
+from felab.context_fit import fits
+from felab.engine_families.llamacpp import DEFAULT_REPO as LLAMACPP_DEFAULT_REPO
 from felab.mock_server.launch import practice_server, wait_until_serving
 
 SERVE = "bash ../02-three-local-servers/serve_llamacpp.sh"
