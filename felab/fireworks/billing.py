@@ -45,9 +45,16 @@ from felab.fireworks.transport import Budget, guarded_client, stopped_by
 from felab.paths import ENV_FILE, from_here
 from felab.redact import redact
 from felab.tables import table
-from felab.targets import FIREWORKS_ROOT, exposes_key, fireworks_root, fix_key_advice, required_key
+from felab.targets import (
+    FIREWORKS_ROOT,
+    exposes_key,
+    fireworks_root,
+    fix_key_advice,
+    required_key,
+    root_problem,
+)
 
-EXIT_CLEAR, EXIT_BILLING, EXIT_UNKNOWN = 0, 1, 2
+EXIT_CLEAR, EXIT_BILLING = 0, 1  # could not check: a CouldNotCheck, errors.EXIT_ERROR (2)
 PAGE_SIZE = 200  # the API's maximum
 MAX_PAGES = 500  # 100,000 items: a list longer than that is a server that never ends
 RETRIES = 1  # one retry on a 5xx or a dropped connection, then "could not check"
@@ -69,10 +76,13 @@ JOB_FINISHED = {
 
 
 class CouldNotCheck(FelabError):
-    """The sweep could not read everything: never to be shown as an empty list."""
+    """The sweep could not read everything: never to be shown as an empty list.
 
-    def __init__(self, why: str) -> None:
-        self.why = why
+    `shown`: what it did read (deployments and jobs that bill), for the command to print first.
+    """
+
+    def __init__(self, why: str, shown: str = "") -> None:
+        self.why, self.shown = why, shown
         super().__init__(
             f"could not check what is billing on Fireworks: {why} This is not an all-clear: "
             f"what could not be read may be billing."
@@ -262,15 +272,12 @@ def api_key() -> str:
 def root_url() -> str:
     """The one root URL: control plane at /v1/accounts/..., inference at /inference/v1; its
     scheme in lower case (see felab/urls.py), so that `HTTP://` is refused as `http://` is."""
+    if problem := root_problem("fireworks"):  # no scheme, or an API path: advised as the root
+        raise CouldNotCheck(problem)
     try:
         root = with_scheme(fireworks_root(), "FIREWORKS_BASE_URL")
-    except FelabError as exc:  # no http:// or https:// in front
+    except FelabError as exc:  # a scheme that is neither http nor https
         raise CouldNotCheck(exc.message) from None
-    if root.endswith(("/v1", "/inference")):
-        raise CouldNotCheck(
-            f"FIREWORKS_BASE_URL is {root}, but it must be the root the SDK adds paths to "
-            f"(default {FIREWORKS_ROOT}, without /inference/v1 or /v1)."
-        )
     if exposes_key(root):
         raise CouldNotCheck(
             f"FIREWORKS_BASE_URL is {root}, a plain http:// address: the key would cross the network "
@@ -345,7 +352,8 @@ def _short(name: str) -> str:
 
 
 def report(found: Sweep) -> tuple[str, int]:
-    """The text to print and the exit status. Raises CouldNotCheck if a list was not read."""
+    """The text to print and the exit status. Raises CouldNotCheck if a list was not read (with
+    what was read, to print before the error)."""
     billing = [d for d in found.deployments if d.billing]
     idle = [d for d in found.deployments if not d.billing and d.state not in GONE]
     out = [f"Fireworks account {found.account} ({found.root})"]
@@ -374,8 +382,9 @@ def report(found: Sweep) -> tuple[str, int]:
         out += [f"  {j.kind.stop.format(name=j.name, root=found.root)}" for j in found.active_jobs]
 
     if found.unread:
-        emit(redact("\n".join(out)))
-        raise CouldNotCheck("some job lists could not be read: " + "; ".join(found.unread))
+        raise CouldNotCheck(
+            "some job lists could not be read: " + "; ".join(found.unread), shown=redact("\n".join(out))
+        )
     out.append("")
     if billing or found.active_jobs:
         out.append(
