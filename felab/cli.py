@@ -31,7 +31,16 @@ import openai
 
 from felab.connect import url_source, with_scheme
 from felab.course.lessons import LESSONS_DIR, discover
-from felab.errors import EXIT_ERROR, FelabError, debug_exit, fail, what_was_recorded
+from felab.errors import (
+    EXIT_ERROR,
+    FelabError,
+    WatchedOutput,
+    debug_exit,
+    fail,
+    output_lost_message,
+    silence_stdout,
+    what_was_recorded,
+)
 from felab.mock_server.launch import practice_server
 from felab.paths import KIT_ROOT, from_here, load_env
 from felab.results import iter_records, results_path
@@ -46,11 +55,18 @@ RECORDS_HERE = {"replay"}
 
 
 class FelabGroup(click.Group):
-    """Turns a FelabError into its one-paragraph message and exit status 2."""
+    """Turns a FelabError, or output that cannot be written, into its one-paragraph message and
+    exit status 2."""
 
     def invoke(self, ctx: click.Context) -> object:
+        inner = sys.stdout  # watched, so output that cannot be written is told as such (errors.py)
+        output = WatchedOutput(inner) if inner is not None else None
+        if output is not None:
+            sys.stdout = output
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # here, not at exit, where a failure could only be a warning
+            return result
         except FelabError as exc:
             if os.environ.get("FELAB_DEBUG"):
                 debug_exit(exc)  # the traceback, keys redacted; still exit status 2
@@ -65,6 +81,16 @@ class FelabGroup(click.Group):
             else:  # demo and smoke record in the lesson scripts they run, which say so themselves
                 click.echo("\ninterrupted.", err=True)
             ctx.exit(130)
+        except OSError as exc:
+            if output is None or exc is not output.error:
+                raise
+            silence_stdout()
+            recorded = f" {what_was_recorded()}" if ctx.invoked_subcommand in RECORDS_HERE else ""
+            fail(output_lost_message(exc) + recorded)
+            ctx.exit(EXIT_ERROR)
+        finally:
+            if sys.stdout is output:
+                sys.stdout = inner
 
 
 def require_extra(module: str, make_target: str) -> None:

@@ -251,3 +251,19 @@ def test_numbers_reads_a_large_results_file_in_bounded_memory(isolated: Path) ->
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["06-prefix"][0]["first_ms"] == 2198.0  # the last stable-first row
     assert peak_mb - alone_mb < 40, (peak_mb, alone_mb, size_mb)
+
+
+def test_numbers_into_a_full_disk_is_one_message_not_a_traceback(isolated: Path) -> None:
+    fill_results()
+    with open("/dev/full", "w") as full:
+        out = subprocess.run(
+            [sys.executable, "-m", "felab", "numbers", "--csv"],
+            cwd=KIT,
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            env=dict(os.environ),
+        )
+    assert out.returncode == 2 and "Traceback" not in out.stderr and "Exception ignored" not in out.stderr
+    assert out.stderr.startswith("error: this run's output could not be written (No space left on device)")
