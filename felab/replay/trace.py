@@ -12,8 +12,10 @@
   288,500 blocks say otherwise.)
 - optional: `session_id` (the kit's own traces), sent as the session value for `--route affinity`.
 
-The file is read line by line (plain, `.xz` or `.gz`), so a trace of any length costs no more
-memory than one line. A bad line stops the replay with one message that names the line.
+The file is read in chunks (plain, `.xz` or `.gz`), so a trace of any length costs no more
+memory than a chunk and one line (at most LINE_LIMIT_BYTES). A bad line stops the replay with
+one message that names the line: not JSON, nested too deeply, numbers too long, a field missing
+or out of range.
 The block size is not written in the format; `block_tokens()` works it out from the first lines.
 """
 
@@ -21,14 +23,20 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import io
 import json
 import lzma
 import math
 import os
-from collections.abc import Generator
+import re
+import sys
+import time
+import zlib
+from array import array
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, BinaryIO
 
 from felab.errors import FelabError
 from felab.paths import KIT_ROOT, from_here, learner_folder, results_dir
@@ -38,6 +46,21 @@ MOONCAKE = KIT_ROOT / "data" / "traces" / "mooncake-conversation.jsonl.xz"
 
 INFER_LINES = 1000
 """How many leading lines `block_tokens()` reads to work out the block size."""
+
+LINE_LIMIT_BYTES = 1 << 20
+"""The longest line a trace may have (1 MiB): 100,000 block ids take about 700 KB. A longer line
+stops the replay with a message, so a damaged file cannot fill the memory."""
+
+CHUNK_BYTES = 1 << 20
+"""The file is read (and decompressed) this many bytes at a time."""
+
+MAX_TOKENS = 10**9
+"""More prompt or reply tokens than any model reads: a larger length is a damaged line."""
+
+MAX_TIMESTAMP_MS = 2**53
+"""Timestamps must be exact as floats (285,000 years of milliseconds)."""
+
+NOT_BLANK = re.compile(rb"\S")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +74,8 @@ class TraceRequest:
     arrival_s: float
     input_tokens: int
     output_tokens: int
-    hash_ids: list[int]
+    hash_ids: array[int]
+    """Its block ids, 8 bytes each (`array('q')`): a replay holds them while the request runs."""
     session: str | None = None
 
 
@@ -60,9 +84,14 @@ def shown(path: Path) -> str:
     return os.path.relpath(path, learner_folder())
 
 
-def open_text(path: Path) -> IO[str]:
-    """The file as text, decompressed on the fly if it ends in .xz or .gz."""
-    if not path.is_file():
+def open_binary(path: Path, data: bytes | None = None) -> tuple[io.BufferedIOBase, BinaryIO, int]:
+    """The trace's bytes, decompressed on the fly if it ends in .xz or .gz; the raw (compressed)
+    stream under it, whose position says how far the reading is; and the raw size.
+
+    `data`: the file's bytes as stored, already in memory (a Dask worker gets them once, by
+    scatter); `path` still names the trace in messages and picks the decompressor.
+    """
+    if data is None and not path.is_file():
         raise FelabError(
             f"There is no trace at {path} (paths are taken from the folder you are in). Pass the path "
             f"of a JSON-lines trace in Mooncake's format: the kit ships one, "
@@ -70,11 +99,83 @@ def open_text(path: Path) -> IO[str]:
             f"`{from_here('.venv/bin/python -m felab agent-trace')}` writes one to "
             f"{shown(results_dir() / 'agent-trace.jsonl')}."
         )
+    raw = io.BytesIO(data) if data is not None else path.open("rb")
+    size = len(data) if data is not None else path.stat().st_size
     if path.suffix == ".xz":
-        return lzma.open(path, "rt", encoding="utf-8")
+        return lzma.LZMAFile(raw), raw, size
     if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return path.open(encoding="utf-8")
+        return gzip.GzipFile(fileobj=raw, mode="rb"), raw, size
+    return raw, raw, size
+
+
+class Progress:
+    """A line on stderr every few seconds while a long read goes on (how far, in the file as stored)."""
+
+    EVERY_S = 2.0
+
+    def __init__(self, path: Path, raw: BinaryIO, size: int, show: bool) -> None:
+        self.path, self.raw, self.size, self.show = path, raw, size, show
+        self.next_at = time.monotonic() + self.EVERY_S
+
+    def chunk(self, line: int) -> None:
+        if not self.show or time.monotonic() < self.next_at:
+            return
+        self.next_at = time.monotonic() + self.EVERY_S
+        done = self.raw.tell() / self.size if self.size else 1.0
+        stored = "compressed, " if self.path.suffix in (".xz", ".gz") else ""
+        print(
+            f"  reading {self.path.name}: {done:.0%} of its {self.size / 1e6:,.1f} MB ({stored}"
+            f"line {line:,}) ...",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def lines(path: Path, f: io.BufferedIOBase, progress: Progress) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of every line that is not blank, read in 1 MiB chunks.
+
+    Blank lines are counted (messages name lines as an editor numbers them) but never
+    looked at one by one: between two lines with text, the chunk is searched for the next
+    byte that is not white space and its line ends are counted, both in C. So memory is a
+    chunk plus one line, and a file of empty lines reads about as fast as it decompresses.
+    A line longer than LINE_LIMIT_BYTES stops the reading, whatever it holds.
+    """
+    number, buf = 0, b""
+    while True:
+        chunk = f.read(CHUNK_BYTES)
+        buf, pos, eof = (buf + chunk if buf else chunk), 0, not chunk
+        while (found := NOT_BLANK.search(buf, pos)) is not None:
+            at = found.start()
+            if (before := buf.rfind(b"\n", pos, at)) >= 0:  # blank lines, then this one
+                number += buf.count(b"\n", pos, before + 1)
+                pos = before + 1
+            end = buf.find(b"\n", at)
+            if end < 0 and not eof:
+                break  # this line goes on in the next chunk
+            end = len(buf) if end < 0 else end
+            if end - pos > LINE_LIMIT_BYTES:
+                raise too_long(path, number + 1)
+            number += 1
+            yield number, buf[pos:end]
+            pos = end + 1
+        else:  # the rest of the chunk is blank: count its line ends, keep the unfinished line
+            if (last := buf.rfind(b"\n", pos)) >= 0:
+                number += buf.count(b"\n", pos, last + 1)
+                pos = last + 1
+        buf = buf[pos:]
+        if len(buf) > LINE_LIMIT_BYTES:
+            raise too_long(path, number + 1)
+        progress.chunk(number)
+        if eof:
+            return
+
+
+def too_long(path: Path, line: int) -> FelabError:
+    return FelabError(
+        f"{path} line {line:,} is longer than {LINE_LIMIT_BYTES:,} bytes, the most a trace line may be "
+        f"(a request with 100,000 block ids is about 700 KB): this is not a trace, or the line is "
+        f"damaged. Check the file (`head -c 300 {shown(path)}`)."
+    )
 
 
 def bad_line(path: Path, line: int, what: str, before: int) -> FelabError:
@@ -87,50 +188,73 @@ def bad_line(path: Path, line: int, what: str, before: int) -> FelabError:
     return FelabError(f"{path} line {line}: {what}. {advice}")
 
 
-def parse(path: Path, line: int, text: str, after_s: float, before: int) -> TraceRequest:
+def load(text: bytes) -> Any:
+    """One line's JSON; ValueError with what is wrong, in a few words."""
+    try:
+        return json.loads(text.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg})") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to be a trace line") from None
+    except ValueError:  # Python refuses integers of more than 4,300 digits (sys.int_info)
+        raise ValueError("a number with too many digits to be a trace's") from None
+
+
+def parse(path: Path, line: int, text: bytes, after_s: float, before: int) -> TraceRequest:
     """One line, checked: the fields Mooncake's format requires, with sane values."""
 
     def bad(what: str) -> FelabError:
         return bad_line(path, line, what, before)
 
     try:
-        obj: Any = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise bad(f"not JSON ({exc.msg})") from None
+        obj: Any = load(text)
+    except ValueError as exc:
+        raise bad(str(exc)) from None
     if not isinstance(obj, dict):
         raise bad("not a JSON object")
     for name in ("timestamp", "input_length", "output_length", "hash_ids"):
         if name not in obj:
             raise bad(f"the field `{name}` is missing")
     ts, n_in, n_out, ids = obj["timestamp"], obj["input_length"], obj["output_length"], obj["hash_ids"]
-    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or ts < 0:
-        raise bad(f"`timestamp` must be milliseconds, 0 or more, not {ts!r}")
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not 0 <= ts < MAX_TIMESTAMP_MS:
+        raise bad(f"`timestamp` must be milliseconds, 0 or more (and under 2^53), not {ts!r:.40}")
     if ts / 1000 < after_s:
         raise bad(f"`timestamp` {ts} is earlier than the line before it (sort the trace)")
     for name, value, least in (("input_length", n_in, 1), ("output_length", n_out, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            wanted = f"a whole number of tokens, {least} or more"
-            raise bad(f"`{name}` must be {wanted}, not {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MAX_TOKENS:
+            wanted = f"a whole number of tokens, {least} to {MAX_TOKENS:,}"
+            raise bad(f"`{name}` must be {wanted}, not {value!r:.40}")
     if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         raise bad("`hash_ids` must be a list of whole numbers")
+    try:
+        keys = array("q", ids)  # 8 bytes an id, not a Python int object each
+    except OverflowError:
+        raise bad("`hash_ids` must be whole numbers that fit in 64 bits") from None
     session = obj.get("session_id")
-    return TraceRequest(line, before, ts / 1000, n_in, n_out, ids, None if session is None else str(session))
+    return TraceRequest(line, before, ts / 1000, n_in, n_out, keys, None if session is None else str(session))
 
 
-def read_trace(path: Path, limit: int | None = None) -> Generator[TraceRequest, None, None]:
-    """The trace's requests in order, each line checked as it is read (blank lines skipped)."""
+def read_trace(
+    path: Path, limit: int | None = None, data: bytes | None = None, progress: bool = True
+) -> Generator[TraceRequest, None, None]:
+    """The trace's requests in order, each line checked as it is read (blank lines skipped).
+
+    `data`: the file's stored bytes, if they are already in memory (see `open_binary`);
+    `progress`: a line on stderr every few seconds while a long read goes on.
+    """
     found, after_s = 0, 0.0
-    with open_text(path) as f:
+    f, raw, size = open_binary(path, data)
+    with contextlib.closing(raw), contextlib.closing(f):
         try:
-            for number, text in enumerate(f, start=1):
+            for number, text in lines(path, f, Progress(path, raw, size, progress)):
                 if limit is not None and found >= limit:
                     return
-                if not text.strip():
-                    continue
                 request = parse(path, number, text, after_s, found)
                 after_s, found = request.arrival_s, found + 1
                 yield request
-        except (OSError, EOFError, UnicodeDecodeError, lzma.LZMAError) as exc:
+        except (OSError, EOFError, lzma.LZMAError, zlib.error) as exc:
             raise FelabError(f"{path} could not be read to its end ({exc}): is the file complete?") from None
     if not found:
         raise FelabError(
