@@ -14,6 +14,7 @@ Read it in this order; each file holds one idea:
     report.py    the rows as tables
     plot.py      a sweep's picture: hit rate and TTFT p95 against the swept value
     agent.py     lesson 06's agent as a trace: one opening, growing history, idle spells
+    parallel.py  a sweep's configurations: serially, in --jobs processes, or on a Dask cluster
     command.py   the command line (click), wiring the rest
     bench.py     make bench's replay phase: the whole trace, timed
 
