@@ -26,6 +26,26 @@ def _server_message(exc: openai.APIStatusError) -> str:
     return exc.message
 
 
+DROPPED = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)
+"""What a socket raises when the server accepted the connection and then reset it."""
+CUT_OFF = ("RemoteProtocolError", "ReadError", "WriteError")
+"""httpx's names for a connection closed under a request (named, not imported: the openai client
+may carry its own copy of httpx, whose classes are not httpx's)."""
+
+
+def dropped(exc: openai.APIConnectionError) -> bool:
+    """Did a server accept the connection, then close or reset it without an answer? (Not: the
+    connection was refused, nothing listening; or the host could not be reached.)"""
+    seen: BaseException | None = exc.__cause__ or exc.__context__
+    for _ in range(10):  # the chain: openai's error, httpx's, httpcore's, the socket's
+        if seen is None:
+            return False
+        if isinstance(seen, DROPPED) or type(seen).__name__ in CUT_OFF:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def explain(exc: Exception, target: Target) -> FelabError:
     """Turn an `openai` exception from a call to `target` into a FelabError.
 
@@ -38,6 +58,14 @@ def explain(exc: Exception, target: Target) -> FelabError:
         return FelabError(
             f"The {name} server at {url} did not answer in time. It may be busy or stuck: "
             f"check it with `{from_here('make check')}`, restart it if needed, and run again."
+        )
+    if isinstance(exc, openai.APIConnectionError) and dropped(exc):
+        return FelabError(
+            f"The {name} server at {url} accepted the connection, then closed or reset it without "
+            f"answering: something listens on that port, but it is not an OpenAI-compatible server, "
+            f"or it fails on every request. Starting another server there would fail (the port is "
+            f"taken): see what it is with `{from_here('make check')}`, stop it, then start the "
+            f"server with `{start_command(name, url)}`; or pass --base-url with the right address."
         )
     if isinstance(exc, openai.APIConnectionError):
         return FelabError(

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import socket
+import struct
+import threading
 import time
 import tracemalloc
 from pathlib import Path
@@ -107,3 +110,34 @@ def test_a_long_read_shows_how_far_it_is(tmp_path: Path, monkeypatch, capsys) ->
     assert "reading t.jsonl.gz: " in err and "% of its 0.0 MB (compressed, line " in err
     assert sum(1 for _ in trace.read_trace(path, progress=False)) == 2000
     assert "reading" not in capsys.readouterr().err
+
+
+def test_a_server_that_accepts_then_resets_is_named_as_such() -> None:
+    # Something listens, accepts each connection and resets it at once (SO_LINGER 0): the port
+    # is taken, so "nothing is listening there, start the server" would be advice that fails.
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        stop = threading.Event()
+
+        def reset_each() -> None:
+            server.settimeout(0.1)
+            while not stop.is_set():
+                try:
+                    conn, _ = server.accept()
+                except TimeoutError:
+                    continue
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                conn.close()
+
+        thread = threading.Thread(target=reset_each, daemon=True)
+        thread.start()
+        try:
+            url = f"http://127.0.0.1:{server.getsockname()[1]}/v1"
+            out = run_felab(
+                "replay", "--target", "llamacpp", "--base-url", url, "--model", "m", "--limit", "2"
+            )
+        finally:
+            stop.set()
+            thread.join()
+    assert out.returncode == 2, out.stderr
+    assert "accepted the connection, then closed or reset it without answering" in out.stderr
+    assert "nothing is listening" not in out.stderr and "Traceback" not in out.stderr
