@@ -145,4 +145,4 @@ def test_the_cache_expires_after_an_idle_spell() -> None:
 )
 def test_bad_fleet_flags_are_refused_before_starting(flags: list[str]) -> None:
     result = CliRunner().invoke(server_main, flags)
-    assert result.exit_code == 2 and "Invalid value" in result.output
+    assert result.exit_code == 2 and f"Error: {flags[0]} must be" in result.output

@@ -4,7 +4,8 @@
 
 Read it in this order; each file holds one idea:
 
-    config.py    every setting and its default (each is a flag)
+    config.py    every setting declared once: default, help, bounds, and its check
+    flags.py     the flags written from those declarations (server, replay, real-time replay)
     cache.py     the block-hash prefix cache: PrefixCache.uncached_tokens()
     timing.py    the timing model and the prefill lane (first come, first served)
     fleet.py     replicas, how a request picks one, and each replica's counters

@@ -15,7 +15,6 @@ import importlib.util
 import json
 import lzma
 from collections.abc import Iterator
-from dataclasses import asdict, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -23,10 +22,11 @@ import click
 
 from felab.errors import FelabError
 from felab.mock_server.config import DEFAULTS, Settings
+from felab.mock_server.flags import SettingType
 from felab.paths import from_here, learner_folder, results_dir
 from felab.prices import PRICES, Price, price_for
 from felab.replay import agent, parallel, report, trace
-from felab.replay.sweep import KNOBS, UNLIMITED, Knob, configurations, default_text
+from felab.replay.sweep import KNOBS, Knob, configurations, default_text, recorded
 from felab.replay.tally import summary
 from felab.results import record
 from felab.targets import TARGETS, Target
@@ -34,22 +34,23 @@ from felab.targets import TARGETS, Target
 PRICED = ("fireworks", "accounts/fireworks/models/gpt-oss-120b")
 """Whose prices the cost columns use unless --price-in/--price-cached say otherwise."""
 
-KNOB_HELP = {
-    "replicas": "copies behind one address, each with its own cache and prefill lane",
-    "route": "how a request picks a replica: random, round-robin, affinity (by session_id), prefix",
-    "cache_blocks": "prefix-cache capacity per replica, in blocks; `unlimited` for no limit",
-    "cache_ttl_s": "seconds of trace time a cached block may stay unused; `never`",
-    "prefill_tps": "prefill rate, prompt tokens per second, one prompt at a time per replica",
-    "overhead_ms": "fixed cost of every request, ms",
-    "decode_tps": "decode rate per stream, tokens per second",
-}
+FROM_TRACE = "block_tokens"
+"""The one setting whose replay default is not the server's: the block size the trace's hash ids
+were made with, worked out from its first lines (trace.block_tokens)."""
 
 
 def knob_options(f: Any) -> Any:
-    """One option per sweepable flag, its default read from DEFAULTS."""
+    """One option per setting that shapes the model, written from its declaration (config.py)."""
     for knob in reversed(KNOBS):
-        help_ = f"{KNOB_HELP[knob.field]}; comma-separated values sweep it"
-        f = click.option(knob.flag, knob.field, default=default_text(knob), show_default=True, help=help_)(f)
+        trace_default = knob.field == FROM_TRACE
+        default = None if trace_default else default_text(knob)
+        shown: bool | str = "worked out from the trace; 512 for Mooncake's" if trace_default else True
+        help_ = f"{knob.help}; comma-separated values sweep it"
+        metavar = SettingType(knob.declared).name + ",..."
+        option = click.option(
+            knob.flag, knob.field, default=default, show_default=shown, metavar=metavar, help=help_
+        )
+        f = option(f)
     return f
 
 
@@ -59,13 +60,6 @@ def the_price(price_in: float | None, price_cached: float | None) -> tuple[Price
     flags = argparse.Namespace(price_in=price_in, price_cached=price_cached)
     price = price_for(priced, flags) or PRICES[PRICED]
     return price, f"gpt-oss-120b on Fireworks, {price.source}"
-
-
-def setting_fields(s: Settings) -> dict[str, Any]:
-    """The settings that shape a replay, as its row records them."""
-    blocks = "unlimited" if s.cache_blocks == UNLIMITED else s.cache_blocks
-    keep = ("replicas", "route", "cache_ttl_s", "prefill_tps", "overhead_ms", "decode_tps", "seed")
-    return {"cache_blocks": blocks, **{k: v for k, v in asdict(s).items() if k in keep}}
 
 
 def run_virtual(
@@ -87,7 +81,7 @@ def run_virtual(
     tally, loads, wall = virtual.replay(path, requests, s, speed)
     head = {"mode": "virtual time", "target": "virtual", "model": s.model}
     capacity = s.replicas * s.prefill_tps
-    return {**head, **setting_fields(s), **summary(tally, loads, price, wall, capacity)}
+    return {**head, **recorded(s), **summary(tally, loads, price, wall, capacity)}
 
 
 @contextlib.contextmanager
@@ -115,7 +109,7 @@ def run_live(
         tally, wall = realtime.replay(path, trace.read_trace(path, limit), sender, speed, live["workers"])
     if tally.failed and not tally.requests:
         raise FelabError(f"Every request of the replay failed; the first: {tally.first_error}")
-    settings = setting_fields(s) if own else dict.fromkeys(setting_fields(s))
+    settings = recorded(s) if own else dict.fromkeys(recorded(s))
     head = {"mode": "real time", "target": target.name, "model": target.model, "base_url": target.base_url}
     capacity = s.replicas * s.prefill_tps if own else None  # known only for a server started here
     return {**head, **settings, **summary(tally, None, price, wall, capacity)}
@@ -176,12 +170,6 @@ def picture(rows: list[dict[str, Any]], swept: list[Knob]) -> str:
 @click.option("--limit", type=click.IntRange(min=1), help="replay only the first N requests")
 @knob_options
 @click.option(
-    "--block-tokens",
-    type=click.IntRange(min=1),
-    help="tokens per block [default: worked out from the trace; 512 for Mooncake's]",
-)
-@click.option("--seed", default=DEFAULTS.seed, show_default=True, help="seed for random routing")
-@click.option(
     "--speed",
     default=1.0,
     show_default=True,
@@ -238,14 +226,15 @@ def replay_command(ctx: click.Context, trace_path: Path | None, limit: int | Non
     """
     path = trace.MOONCAKE if trace_path is None else learner_folder() / trace_path  # as typed there
     guard_paid(flags["target"], limit)
-    block = flags["block_tokens"] or trace.block_tokens(path, limit)
-    base = replace(DEFAULTS, block_tokens=block, seed=flags["seed"])
-    configs, swept = configurations({k.field: flags[k.field] for k in KNOBS}, base)
+    if flags[FROM_TRACE] is None:
+        flags[FROM_TRACE] = str(trace.block_tokens(path, limit))
+    configs, swept = configurations({k.field: flags[k.field] for k in KNOBS}, DEFAULTS)
     check_live(ctx, flags["target"], flags["base_url"], configs)
     price, whose = the_price(flags["price_in"], flags["price_cached"])
     rows = []
-    for row in run_configs(path, limit, configs, swept, price, flags):
-        row = {"trace": path.name, "block_tokens": block, "speed": flags["speed"], **row, "prices": whose}
+    for s, got in zip(configs, run_configs(path, limit, configs, swept, price, flags), strict=True):
+        head = {"trace": path.name, "block_tokens": s.block_tokens, "speed": flags["speed"]}
+        row = {**head, **got, "prices": whose}
         record("replay", row)
         rows.append(row)
         if flags["as_json"]:
@@ -291,7 +280,7 @@ def run_configs(
 
 def describe(s: Settings, swept: list[Knob]) -> str:
     """A configuration in a few words, for the progress line."""
-    fields = setting_fields(s)
+    fields = recorded(s)
     return ", ".join(f"{k.column} {report.knob_cell(k, fields)}" for k in report.config_knobs(swept))
 
 
