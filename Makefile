@@ -42,7 +42,7 @@ check: $(STAMP) ## which servers are up, each target's URL and model, whether FI
 smoke: $(STAMP) ## every lesson script against a fresh practice server, in quick mode
 	@$(PY) -m felab smoke
 
-bench: $(STAMP) ## how faithful the practice server is: TTFT measured vs predicted, CPU per token; replay speed (~35 s)
+bench: $(STAMP) ## how faithful the practice server is: TTFT measured vs predicted, CPU per token; replay speed, balance, --jobs, hostile input (~1.5 min)
 	@$(PY) -m felab.mock_server.fidelity
 	@$(PY) -m felab.replay.bench
 

@@ -58,7 +58,7 @@ def test_a_dask_cluster_gives_the_serial_rows_in_order(serial: tuple[Path, list[
     distributed = pytest.importorskip("distributed")  # the dev extra installs it: skipped only outside it
     path, expected = serial
     with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, host="127.0.0.1"
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0", host="127.0.0.1"
     ) as cluster:
         same_but_wall(expected, rows(path, "--scheduler", cluster.scheduler_address))
 
