@@ -16,7 +16,7 @@ Memory. A request is held from its booking until its reply ends in trace time, t
 retired (`PracticeModel.finish`), as the live server does. A fleet that keeps up holds
 a few hundred; one that cannot holds every request still queued, which on an overloaded
 replica is most of the trace: so what is held per request is kept small (its ids as
-`array('q')` until booked, then dropped; about 0.6 KB of the core's booking and lane
+`array('q')` until booked, then dropped; about 0.75 KB of the core's booking and lane
 turn remains), `in_flight_max` in the row says how many were held at once, and the TTFT
 and queue percentiles keep 16 bytes a request (tally.py).
 
