@@ -205,9 +205,14 @@ def fw_check() -> None:
       FIREWORKS_ACCOUNT_ID=my-account python -m felab fw-check
     """
     require_extra("fireworks", "fw-check")
-    from felab.fireworks.billing import check  # imports the fireworks SDK: only when this command runs
+    from felab.fireworks.billing import CouldNotCheck, check  # the fireworks SDK: only when this runs
 
-    text, status = check()
+    try:
+        text, status = check()
+    except CouldNotCheck as exc:
+        if exc.shown:  # what bills among what could be read, then the error
+            click.echo(exc.shown)
+        raise
     click.echo(text)
     sys.exit(status)
 
@@ -239,9 +244,10 @@ def bundle_build() -> None:
 @click.option("--port", default=8770, show_default=True, help="port on 127.0.0.1 (numbers are per address)")
 def bundle_serve(port: int) -> None:
     """Serve build/bundle/ on 127.0.0.1 until Ctrl+C."""
-    from felab.course import bundle as b
+    from felab.course.bundle import SITE
+    from felab.course.serve import served
 
-    with b.served(KIT_ROOT / b.SITE, port) as url:
+    with served(KIT_ROOT / SITE, port) as url:
         click.echo(f"the course pages: {url}  (Ctrl+C stops)")
         try:
             while True:
@@ -288,7 +294,8 @@ def numbers(fmt: str | None) -> None:
 @click.argument("number")
 @click.argument("name")
 def new_lesson(number: str, name: str) -> None:
-    """Create lessons/NUMBER-NAME/ with a README in the house sections and a runnable script.
+    """Create lessons/NUMBER-NAME/: a README in the house sections, a runnable script, its
+    course page (page.md) and its numbers (numbers.toml).
 
     \b
     Example:
@@ -299,7 +306,10 @@ def new_lesson(number: str, name: str) -> None:
     folder = create_lesson(number, name)
     files = ", ".join(sorted(p.name for p in folder.iterdir()))
     click.echo(f"created {folder.relative_to(KIT_ROOT)}/ ({files})")
-    click.echo("make smoke now runs it against the practice server.")
+    click.echo(
+        f"`{from_here('make smoke')}` now runs it against the practice server, and "
+        f"`{from_here('make bundle')}` builds its page."
+    )
 
 
 # Commands that live beside what they make.

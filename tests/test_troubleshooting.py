@@ -29,7 +29,9 @@ def fixed_text(node: ast.expr) -> str:
 def raised_messages() -> list[tuple[str, str]]:
     found = []
     felab = KIT_ROOT / "felab"
-    for path in sorted([*felab.glob("*.py"), *(felab / "replay").glob("*.py")]):
+    for path in sorted(
+        [*felab.glob("*.py"), *(felab / "replay").glob("*.py"), *(felab / "course").glob("*.py")]
+    ):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and node.args:
                 name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
