@@ -79,7 +79,7 @@ def test_no_dask_and_no_scheduler_are_each_one_message(
         parallel.importlib.util, "find_spec", lambda name: None if name == "distributed" else real(name)
     )
     with pytest.raises(FelabError, match=r"make cluster"):
-        parallel.run_all(print, [], scheduler="tcp://127.0.0.1:9", trace_path=path)
+        list(parallel.run_all(print, [], scheduler="tcp://127.0.0.1:9", trace_path=path))
     monkeypatch.undo()
     pytest.importorskip("distributed")
     from felab.mock_server.launch import free_port
@@ -88,7 +88,7 @@ def test_no_dask_and_no_scheduler_are_each_one_message(
     with pytest.raises(
         FelabError, match=r"Could not reach a Dask scheduler at tcp://127.0.0.1:\d+ .*dask scheduler"
     ):
-        parallel.run_all(print, [], scheduler=f"tcp://127.0.0.1:{free_port()}", trace_path=path)
+        list(parallel.run_all(print, [], scheduler=f"tcp://127.0.0.1:{free_port()}", trace_path=path))
 
 
 def test_jobs_is_for_virtual_time_only() -> None:

@@ -115,7 +115,7 @@ def sweep(path: Path, limit: int | None, base: Settings) -> tuple[list[dict], li
     for jobs in (1, 2):
         click.echo(f"  sweep: {len(configs)} configurations, --jobs {jobs} ...", err=True)
         t0 = time.perf_counter()
-        results[jobs] = parallel.run_all(run_one, configs, jobs)
+        results[jobs] = list(parallel.run_all(run_one, configs, jobs))
         walls[jobs] = time.perf_counter() - t0
     same = all(
         {k: v for k, v in a.items() if k not in WALL} == {k: v for k, v in b.items() if k not in WALL}

@@ -250,16 +250,16 @@ def replay_command(ctx: click.Context, trace_path: Path | None, limit: int | Non
 
 def run_configs(
     path: Path, limit: int | None, configs: list[Settings], swept: list[Knob], price: Price, flags: dict
-) -> list[dict[str, Any]]:
-    """Every configuration's row, in order: in real time one after another; in virtual time
-    serially, in --jobs processes or on the --scheduler's Dask cluster (parallel.py)."""
+) -> Iterator[dict[str, Any]]:
+    """Every configuration's row, in order, each as soon as it is done: in real time one after
+    another; in virtual time serially, in --jobs processes or on the --scheduler's Dask cluster
+    (parallel.py)."""
     if flags["target"]:
         live = {k: flags[k] for k in ("target", "base_url", "model", "max_tokens", "workers")}
-        rows = []
         for s in configs:
             click.echo(f"  replaying {path.name}: {describe(s, swept)} ...", err=True)
-            rows.append(run_live(path, limit, s, flags["speed"], price, live))
-        return rows
+            yield run_live(path, limit, s, flags["speed"], price, live)
+        return
     jobs = min(flags["jobs"] or parallel.cores(), len(configs))
     scheduler = flags["scheduler"]
     serial = jobs == 1 and not scheduler
@@ -275,7 +275,7 @@ def run_configs(
             )
 
     run_one = functools.partial(run_virtual, path, limit, flags["speed"], price, progress=serial)
-    return parallel.run_all(run_one, configs, jobs, scheduler, path, tell)
+    yield from parallel.run_all(run_one, configs, jobs, scheduler, path, tell)
 
 
 def describe(s: Settings, swept: list[Knob]) -> str:

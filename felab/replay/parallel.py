@@ -1,7 +1,7 @@
 """A sweep's configurations, run one after another, on this machine's cores, or on a Dask cluster.
 
-    rows = run_all(run_one, configs, jobs=N)                          # --jobs N (default: every core)
-    rows = run_all(run_one, configs, scheduler="tcp://host:8786", trace_path=path)   # --scheduler
+    for row in run_all(run_one, configs, jobs=N): ...                         # --jobs N (default: every core)
+    for row in run_all(run_one, configs, scheduler="tcp://host:8786", trace_path=path): ...  # --scheduler
 
 Each configuration of a virtual-time sweep is independent: its own model, its own pass over
 the trace. So they can run at once, each in its own process; the rows come back in the
@@ -32,7 +32,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import importlib.util
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -61,42 +61,42 @@ def run_all(
     scheduler: str | None = None,
     trace_path: Path | None = None,
     tell: Callable[[str, Settings], None] | None = None,
-) -> list[R]:
+) -> Iterator[R]:
     """`run_one(s)` for every configuration, in their order: serially, in `jobs` processes, or on
     the Dask cluster at `scheduler` (then `trace_path` is the file its workers get once).
 
-    `tell(event, s)`: "start" as a serial run begins each configuration, "done" as each row of a
-    parallel run is collected (in order), for progress lines.
+    Each row is yielded as soon as it and every row before it are done, so a caller can record
+    and print them as they come. `tell(event, s)`: "start" as a serial run begins each
+    configuration, "done" as each row of a parallel run is collected (in order).
     """
     say = tell or (lambda event, s: None)
     if scheduler:
         if trace_path is None:
             raise ValueError("a cluster run needs the trace's path, to send it to the workers")
-        return on_cluster(run_one, configs, scheduler, trace_path, say)
+        yield from on_cluster(run_one, configs, scheduler, trace_path, say)
+        return
     if min(jobs, len(configs)) <= 1:
-        rows = []
         for s in configs:
             say("start", s)
-            rows.append(run_one(s))
-        return rows
+            yield run_one(s)
+        return
     with cf.ProcessPoolExecutor(min(jobs, len(configs))) as pool:
         try:
             futures = [pool.submit(run_one, s) for s in configs]
-            return collect(futures, configs, say)
-        except BaseException:  # Ctrl+C or a bad line: start nothing more
+            yield from collect(futures, configs, say)
+        except BaseException:  # Ctrl+C, a bad line, or the caller stopped: start nothing more
             pool.shutdown(wait=False, cancel_futures=True)
             raise
 
 
 def collect(
     futures: Sequence[Any], configs: Sequence[Settings], say: Callable[[str, Settings], None]
-) -> list:
+) -> Iterator:
     """Each future's result in order (the first failure, a bad line say, stops the sweep)."""
-    rows = []
     for future, s in zip(futures, configs, strict=True):
-        rows.append(future.result())
+        row = future.result()
         say("done", s)
-    return rows
+        yield row
 
 
 def on_cluster(
@@ -105,7 +105,7 @@ def on_cluster(
     address: str,
     trace_path: Path,
     say: Callable[[str, Settings], None],
-) -> list[R]:
+) -> Iterator[R]:
     """The sweep on an existing Dask cluster: the trace's bytes scattered to every worker once."""
     if importlib.util.find_spec("distributed") is None:
         raise FelabError(
@@ -135,7 +135,7 @@ def on_cluster(
         data = client.scatter(trace_path.read_bytes(), broadcast=True)  # once per worker
         futures = [client.submit(run_one, s, data=data, pure=False) for s in configs]
         try:
-            return collect(futures, configs, say)
+            yield from collect(futures, configs, say)
         except FelabError:
             raise
         except Exception as exc:  # noqa: BLE001  (a worker that cannot run the kit: say what to do)
