@@ -5,7 +5,7 @@
 
 Read it in this order; each file holds one idea:
 
-    trace.py     Mooncake's format: reading a trace line by line, checking it, its block size
+    trace.py     Mooncake's format: reading a trace in chunks, checking each line, its block size
     sweep.py     the flags: a list in a flag sweeps it, each combination one `Settings`
     virtual.py   virtual time: the booking core (mock_server/booking.py) on a clock that jumps
     synth.py     text for a trace that has none: equal hash ids become equal text blocks
