@@ -47,8 +47,8 @@ INFER_LINES = 1000
 """How many leading lines `block_tokens()` reads to work out the block size."""
 
 LINE_LIMIT_BYTES = 1 << 20
-"""The longest line a trace may have (1 MiB): 100,000 block ids take about 700 KB. A longer line
-stops the replay with a message, so a damaged file cannot fill the memory."""
+"""The longest line a trace may have (1 MiB): 100,000 six-digit block ids take about 800 KB.
+A longer line stops the replay with a message, so a damaged file cannot fill the memory."""
 
 CHUNK_BYTES = 1 << 20
 """The file is read (and decompressed) this many bytes at a time."""
@@ -75,7 +75,7 @@ class TraceRequest:
     input_tokens: int
     output_tokens: int
     hash_ids: array[int]
-    """Its block ids, 8 bytes each (`array('q')`): a replay holds them while the request runs."""
+    """Its block ids, 8 bytes each (`array('q')`), not a Python int object each."""
     session: str | None = None
 
 
@@ -192,8 +192,8 @@ def next_text(buf: bytes, pos: int) -> int:
 def too_long(path: Path, line: int) -> FelabError:
     return FelabError(
         f"{path} line {line:,} is longer than {LINE_LIMIT_BYTES:,} bytes, the most a trace line may be "
-        f"(a request with 100,000 block ids is about 700 KB): this is not a trace, or the line is "
-        f"damaged. Check the file (`head -c 300 {shown(path)}`)."
+        f"(a request with 100,000 six-digit block ids is about 800 KB): this is not a trace, or the "
+        f"line is damaged. Check the file (`head -c 300 {shown(path)}`)."
     )
 
 
@@ -268,11 +268,11 @@ def read_trace(
     with contextlib.closing(raw), contextlib.closing(f):
         try:
             for number, text in lines(path, f, Progress(path, raw, size, progress)):
-                if limit is not None and found >= limit:
-                    return
                 request = parse(path, number, text, after_s, found)
                 after_s, found = request.arrival_s, found + 1
                 yield request
+                if limit is not None and found >= limit:
+                    return  # before reading on: what comes after the limit is never looked at
         except (OSError, EOFError, lzma.LZMAError, zlib.error) as exc:
             raise FelabError(f"{path} could not be read to its end ({exc}): is the file complete?") from None
     if not found:
