@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 from felab.errors import FelabError
 from felab.mock_server.config import Settings
 from felab.paths import from_here
+from felab.replay import trace
 
 R = TypeVar("R")
 
@@ -115,6 +116,7 @@ def on_cluster(
         )
     from distributed import Client
 
+    stored = trace.must_exist(trace_path).read_bytes()  # as on disk: compressed, if it is
     try:
         client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as exc:
@@ -132,7 +134,7 @@ def on_cluster(
                 f"The Dask scheduler at {address} has no workers. Start one on each machine, in the "
                 f"kit's folder: `.venv/bin/dask worker {address}` (after `make cluster`)."
             ) from None
-        data = client.scatter(trace_path.read_bytes(), broadcast=True)  # once per worker
+        data = client.scatter(stored, broadcast=True)  # once per worker
         futures = [client.submit(run_one, s, data=data, pure=False) for s in configs]
         try:
             yield from collect(futures, configs, say)

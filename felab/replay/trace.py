@@ -84,14 +84,9 @@ def shown(path: Path) -> str:
     return os.path.relpath(path, learner_folder())
 
 
-def open_binary(path: Path, data: bytes | None = None) -> tuple[io.BufferedIOBase, BinaryIO, int]:
-    """The trace's bytes, decompressed on the fly if it ends in .xz or .gz; the raw (compressed)
-    stream under it, whose position says how far the reading is; and the raw size.
-
-    `data`: the file's bytes as stored, already in memory (a Dask worker gets them once, by
-    scatter); `path` still names the trace in messages and picks the decompressor.
-    """
-    if data is None and not path.is_file():
+def must_exist(path: Path) -> Path:
+    """The path, if a file is there; else the message that says where traces come from."""
+    if not path.is_file():
         raise FelabError(
             f"There is no trace at {path} (paths are taken from the folder you are in). Pass the path "
             f"of a JSON-lines trace in Mooncake's format: the kit ships one, "
@@ -99,6 +94,18 @@ def open_binary(path: Path, data: bytes | None = None) -> tuple[io.BufferedIOBas
             f"`{from_here('.venv/bin/python -m felab agent-trace')}` writes one to "
             f"{shown(results_dir() / 'agent-trace.jsonl')}."
         )
+    return path
+
+
+def open_binary(path: Path, data: bytes | None = None) -> tuple[io.BufferedIOBase, BinaryIO, int]:
+    """The trace's bytes, decompressed on the fly if it ends in .xz or .gz; the raw (compressed)
+    stream under it, whose position says how far the reading is; and the raw size.
+
+    `data`: the file's bytes as stored, already in memory (a Dask worker gets them once, by
+    scatter); `path` still names the trace in messages and picks the decompressor.
+    """
+    if data is None:
+        must_exist(path)
     raw = io.BytesIO(data) if data is not None else path.open("rb")
     size = len(data) if data is not None else path.stat().st_size
     if path.suffix == ".xz":
