@@ -309,7 +309,7 @@ def test_an_overloaded_replay_holds_little_per_request_it_has_not_finished(tmp_p
     # Prompts of 200 blocks, all in one second, one replica at 2,500 tokens/s: every request is
     # still queued when the trace ends, so the replay holds all of them. Their ids used to be a
     # list of Python ints each (about 9 KB a request); now an array('q'), dropped once booked,
-    # and what stays is the core's booking and lane turn (about 0.8 KB). Measured as the extra
+    # and what stays is the core's booking and lane turn (about 0.75 KB). Measured as the extra
     # memory 3,000 more requests take (the chunk and the cache cost the same for both); margin
     # 1.5 KB a request (the ids alone, kept, would be 1.6 KB).
 
