@@ -15,6 +15,7 @@ what the learner should write down. The page goes on the day of the lesson befor
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 from felab.course.lessons import LESSONS_DIR, discover
@@ -179,7 +180,8 @@ def page_day(number: str, root: Path) -> int:
 
 
 def create_lesson(number: str, name: str, root: Path = LESSONS_DIR) -> Path:
-    """Write `lessons/NN-name/`: README, a runnable script, its course page and numbers; return it."""
+    """Write `lessons/NN-name/`: README, a runnable script, its course page and numbers, and the
+    Makefile that passes `make TARGET` on to the kit's; return it."""
     if not re.fullmatch(r"\d{2}", number):
         raise FelabError(f"N must be two digits, like N=07 (got {number!r}).")
     if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name):
@@ -202,4 +204,5 @@ def create_lesson(number: str, name: str, root: Path = LESSONS_DIR) -> Path:
     (folder / script).write_text(SCRIPT.format(**fields), encoding="utf-8")
     (folder / "page.md").write_text(PAGE.format(**fields), encoding="utf-8")
     (folder / NUMBERS_FILE).write_text(NUMBERS.format(**fields), encoding="utf-8")
+    shutil.copy(LESSONS_DIR / "06-prefix-caching" / "Makefile", folder)  # `make check` works there too
     return folder

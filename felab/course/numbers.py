@@ -19,6 +19,8 @@ import datetime as dt
 import io
 import json
 import math
+import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +28,7 @@ from typing import Any
 
 from felab.course.lessons import LESSONS_DIR, discover
 from felab.errors import FelabError
-from felab.paths import results_dir
+from felab.paths import learner_folder, results_dir
 from felab.results import KEY_PATTERN, read_records
 from felab.tables import table
 
@@ -35,8 +37,9 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: the same parser, from PyPI (pyproject.toml installs it there)
     import tomli as tomllib
 
-GROUP_BY = ("target", "order")
-"""A row replaces an earlier one when these fields match (the ones it has)."""
+GROUP_BY = ("target", "order", "mode")
+"""A row replaces an earlier one when these fields match (the ones it has): lesson 06's
+prefix_bench rows differ by `order`, its affinity_bench rows by `mode` (one row per mode a run)."""
 
 
 # ── Each lesson's numbers: which recorded value fills which field ───────────
@@ -195,7 +198,52 @@ def recorded_keys() -> list[str]:
     """
     folder = results_dir()
     files = folder.glob("*.jsonl") if folder.is_dir() else []
-    return sorted(p.stem for p in files if KEY_PATTERN.match(p.stem))
+    return sorted(p.stem for p in files if KEY_PATTERN.match(p.stem) and not is_trace(p))
+
+
+# ── What else results/ holds: traces to replay, and replays (issue 20) ──────
+
+
+def is_trace(path: Path) -> bool:
+    """Whether `path` holds a trace (requests to replay: `felab agent-trace` writes one to
+    results/agent-trace.jsonl), not recorded runs: its first line has Mooncake's fields and no
+    `target`. Only that line is read."""
+    try:
+        with path.open("rb") as f:
+            first = json.loads(f.readline() or b"{}")
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(first, dict) and "target" not in first and {"hash_ids", "input_length"} <= set(first)
+
+
+def traces() -> list[Path]:
+    """The trace files under results/ (see `is_trace`), by name."""
+    folder = results_dir()
+    return sorted(p for p in folder.glob("*.jsonl") if is_trace(p)) if folder.is_dir() else []
+
+
+LESSON_KEY = re.compile(r"^\d{2}-")
+"""A lesson's records (`06-prefix`); other keys (`replay`) are tools' records, told in one line."""
+
+
+def not_lesson_lines(found: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """One line for each recorded key that is no lesson's and for each trace: what it is, and
+    the command that shows it (these rows have their own, wide, tables)."""
+    here = learner_folder()
+    lines = []
+    for key in (k for k in found if not LESSON_KEY.match(k)):
+        runs = len(read_records(key))
+        lines.append(
+            f"{os.path.relpath(results_dir() / f'{key}.jsonl', here)}: {runs} row{'s' if runs != 1 else ''} "
+            f"recorded by `felab {key}`, not a lesson's numbers (`python -m felab numbers --csv` lists them "
+            f"with every column)"
+        )
+    for path in traces():
+        lines.append(
+            f"{os.path.relpath(path, here)}: a trace to replay, not recorded runs "
+            f"(`python -m felab replay {os.path.relpath(path, here)} --replicas 18 --route random,affinity`)"
+        )
+    return lines
 
 
 def latest(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -263,7 +311,7 @@ def as_json(found: dict[str, list[dict[str, Any]]]) -> str:
 def as_text(found: dict[str, list[dict[str, Any]]]) -> str:
     """A table per key (latest cold run per target and order), then each lesson's numbers to write down."""
     parts = []
-    for key, rows in found.items():
+    for key, rows in ((k, rs) for k, rs in found.items() if LESSON_KEY.match(k)):
         lesson = key.split("-", 1)[0]
         parts.append(f"lesson {lesson} · {key} (latest cold run per target and order)\n")
         parts.append(table([scalars(r) for r in rows]))
@@ -276,6 +324,8 @@ def as_text(found: dict[str, list[dict[str, Any]]]) -> str:
             if m and m["note"]:
                 parts.append(f"     {m['note']}")
         parts.append("")
+    if others := not_lesson_lines(found):
+        parts += ["also under results/:", *(f"  {line}" for line in others), ""]
     return "\n".join(parts)
 
 
