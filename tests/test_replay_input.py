@@ -147,3 +147,23 @@ def test_replicas_have_the_servers_limit() -> None:
     # 10,000,000 replicas took 16 GB and 154 s for a 10-line trace; the server's limit is 256.
     out = run_felab("replay", "--replicas", "8,10000000", "--limit", "3")
     assert out.returncode == 2 and "--replicas must be at most 256, not 10000000" in out.stderr
+
+
+def test_a_sweep_reads_the_trace_once_per_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(f"{GOOD}\n" * 5, encoding="utf-8")
+    opened = []
+    real = trace.open_binary
+    monkeypatch.setattr(trace, "open_binary", lambda *a: opened.append(a) or real(*a))
+    first = list(trace.requests(path, remember=True))
+    again = list(trace.requests(path, remember=True))
+    assert again == first and len(first) == 5 and len(opened) == 1  # the second pass from memory
+    list(trace.requests(path, limit=2, remember=True))  # another limit: another trace
+    assert len(opened) == 2
+    path.write_text(f"{GOOD}\n" * 3, encoding="utf-8")  # changed on disk: read again
+    assert len(list(trace.requests(path, remember=True))) == 3 and len(opened) == 3
+    monkeypatch.setattr(trace, "REMEMBER_REQUESTS", 2)  # too long to keep: read every time
+    trace.forget()
+    list(trace.requests(path, remember=True))
+    list(trace.requests(path, remember=True))
+    assert len(opened) == 5

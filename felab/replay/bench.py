@@ -110,10 +110,11 @@ def sweep(path: Path, limit: int | None, base: Settings) -> tuple[list[dict], li
         replace(base, replicas=r, route=route, cache_blocks=c, prefill_tps=FAST_PREFILL_TPS)
         for r, route, c in SWEEP
     ]
-    run_one = functools.partial(run_virtual, path, limit, 1.0, PRICES[PRICED], progress=False)
+    run_one = functools.partial(run_virtual, path, limit, 1.0, PRICES[PRICED], progress=False, remember=True)
     walls, results = {}, {}
     for jobs in (1, 2):
         click.echo(f"  sweep: {len(configs)} configurations, --jobs {jobs} ...", err=True)
+        trace.forget()  # each reads the trace afresh (forked workers would inherit what was kept)
         t0 = time.perf_counter()
         results[jobs] = list(parallel.run_all(run_one, configs, jobs))
         walls[jobs] = time.perf_counter() - t0

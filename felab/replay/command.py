@@ -70,14 +70,16 @@ def run_virtual(
     s: Settings,
     data: bytes | None = None,
     progress: bool = True,
+    remember: bool = False,
 ) -> dict[str, Any]:
-    """One configuration in virtual time, as its row (`data`: the trace's bytes, on a Dask worker).
+    """One configuration in virtual time, as its row (`data`: the trace's bytes, on a Dask worker;
+    `remember`: a sweep, whose process keeps the parsed trace for its next configuration).
 
     Module-level, its first four arguments bound with functools.partial: a sweep hands it to
     worker processes (parallel.py)."""
     from felab.replay import virtual
 
-    requests = trace.read_trace(path, limit, data, progress)
+    requests = trace.requests(path, limit, data, progress, remember)
     tally, loads, wall = virtual.replay(path, requests, s, speed)
     head = {"mode": "virtual time", "target": "virtual", "model": s.model}
     capacity = s.replicas * s.prefill_tps
@@ -274,7 +276,10 @@ def run_configs(
                 err=True,
             )
 
-    run_one = functools.partial(run_virtual, path, limit, flags["speed"], price, progress=serial)
+    sweep = len(configs) > 1  # then each process keeps the parsed trace for its next configuration
+    run_one = functools.partial(
+        run_virtual, path, limit, flags["speed"], price, progress=serial, remember=sweep
+    )
     yield from parallel.run_all(run_one, configs, jobs, scheduler, path, tell)
 
 
