@@ -12,16 +12,16 @@ function (with its other arguments bound by functools.partial), so it travels by
 Where each run finds the trace:
 
 - **This machine** (`--jobs`, concurrent.futures' ProcessPoolExecutor): each worker reads
-  the file from its path, as the serial run does. After the first read it is in the page
-  cache; decompressing and checking the kit's trace takes about 0.25 s of a run that takes
-  0.5 to 2 s, and the worker holds one chunk of it at a time. Sending the parsed trace
-  instead would pickle 12,031 requests to every run and unpickle them there, no cheaper
-  than reading them, and hold them all in memory.
+  the file from its path, as the serial run does (after the first read it is in the page
+  cache), and keeps the parsed requests for its next configuration if there are not too
+  many (`trace.requests`, `remember`). Sending the parsed trace instead would pickle 12,031
+  requests to every run and unpickle them there: about the cost of parsing them.
 - **A cluster** (`--scheduler`, dask.distributed's Client, an Executor too): the other
   machines need not have the file. The client reads its stored bytes (compressed, as on
   disk: 200 KB for the kit's trace) and scatters them to every worker once
-  (`client.scatter(data, broadcast=True)`); each run streams from those bytes. The trace
-  crosses the network once per worker, never once per configuration.
+  (`client.scatter(data, broadcast=True)`); each run streams from those bytes (or from the
+  requests its worker process kept). The trace crosses the network once per worker, never
+  once per configuration.
 
 Dask is the `cluster` extra (pyproject.toml), installed by `make cluster`; workers on other
 machines need the kit installed the same way (see docs/replay.md, "More than one machine").
