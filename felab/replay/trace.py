@@ -291,7 +291,8 @@ def read_trace(
 
 REMEMBER_REQUESTS = 100_000
 """A sweep keeps a trace of at most this many requests in memory after its first pass (about
-40 MB for Mooncake's lines); a longer one is read again for each configuration."""
+50 MB for Mooncake's lines, 490 bytes a request); a longer one is read again for each
+configuration."""
 
 _remembered: dict[tuple, list[TraceRequest]] = {}
 """This process's one remembered trace: (what identifies it) -> its requests."""
