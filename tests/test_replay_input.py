@@ -139,7 +139,7 @@ def test_a_server_that_accepts_then_resets_is_named_as_such() -> None:
             stop.set()
             thread.join()
     assert out.returncode == 2, out.stderr
-    assert "accepted the connection, then closed or reset it without answering" in out.stderr
+    assert "accepted the connection, then reset or closed it without answering" in out.stderr
     assert "nothing is listening" not in out.stderr and "Traceback" not in out.stderr
 
 

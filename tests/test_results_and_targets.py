@@ -139,7 +139,8 @@ def test_a_missing_scheme_names_the_setting_read_and_https_for_another_machine(
     with pytest.raises(FelabError) as caught:
         resolve(args)
     assert caught.value.message.startswith("FIREWORKS_BASE_URL is")
-    assert "https://api.fireworks.ai/inference/v1" in caught.value.message
+    assert "Use `FIREWORKS_BASE_URL=https://api.fireworks.ai` (in" in caught.value.message  # the root
+    assert "inference/v1`" not in caught.value.message
     local = add_target_args(argparse.ArgumentParser()).parse_args(
         ["--target", "mock", "--base-url", "127.0.0.1:9/v1"]
     )

@@ -57,6 +57,9 @@ def test_the_server_command_line_for_some_settings_starts_those_settings() -> No
         ({"overhead_ms": float("nan")}, "--overhead-ms must be a finite number, not nan"),
         ({"cache_blocks": 2.5}, "--cache-blocks must be a whole number, not 2.5"),
         ({"cache_ttl_s": 0.0}, "--cache-ttl must be above 0, not 0"),
+        ({"seats": 0}, "--seats must be at least 1, not 0"),
+        ({"cache_mode": "seat-prefix"}, "--cache-mode seat-prefix keeps a prompt per seat: give --seats too"),
+        ({"route_cache_threshold": 1.5}, "--route-cache-threshold must be at most 1, not 1.5"),
     ],
 )
 def test_every_check_lives_in_settings_and_names_the_flag(changes: dict, message: str) -> None:

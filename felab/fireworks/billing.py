@@ -42,7 +42,14 @@ from felab.fireworks.transport import Budget, guarded_client, stopped_by
 from felab.paths import ENV_FILE, from_here
 from felab.redact import redact
 from felab.tables import table
-from felab.targets import FIREWORKS_ROOT, exposes_key, fireworks_root, fix_key_advice, required_key
+from felab.targets import (
+    FIREWORKS_ROOT,
+    exposes_key,
+    fireworks_root,
+    fix_key_advice,
+    required_key,
+    root_problem,
+)
 
 EXIT_CLEAR, EXIT_BILLING = 0, 1  # could not check: a CouldNotCheck, errors.EXIT_ERROR (2)
 PAGE_SIZE = 200  # the API's maximum
@@ -235,12 +242,9 @@ def api_key() -> str:
 
 def root_url() -> str:
     """The one root URL: control plane at /v1/accounts/..., inference at /inference/v1."""
+    if problem := root_problem("fireworks"):  # no scheme, or an API path: advised as the root
+        raise CouldNotCheck(problem)
     root = fireworks_root()
-    if root.endswith(("/v1", "/inference")):
-        raise CouldNotCheck(
-            f"FIREWORKS_BASE_URL is {root}, but it must be the root the SDK adds paths to "
-            f"(default {FIREWORKS_ROOT}, without /inference/v1 or /v1)."
-        )
     if exposes_key(root):
         raise CouldNotCheck(
             f"FIREWORKS_BASE_URL is {root}, a plain http:// address: the key would cross the network "

@@ -21,7 +21,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from felab.mock_server.cache import BLOCK_TOKENS
+from felab.mock_server.cache import BLOCK_TOKENS, CACHE_MODES
 from felab.mock_server.faults import FAULT_TYPES
 from felab.mock_server.fleet import ROUTES
 from felab.mock_server.timing import TimingModel
@@ -78,9 +78,33 @@ class Settings:
         2500.0, "prefill rate, prompt tokens per second, one prompt at a time per replica",
         low=0, low_open=True, column="prefill tok/s",
     )  # fmt: skip
+    prefill_attention_ns: float = setting(
+        0.0, "attention's cost per new prompt token per token before it, ns: prefill grows faster than "
+        "linearly with the prompt (0: linear, as lesson 06's)",
+        low=0, column="attention ns",
+    )  # fmt: skip
     decode_tps: float = setting(
-        400.0, "decode rate per stream, reply tokens per second (streams do not slow each other)",
+        400.0, "decode rate per stream, reply tokens per second, with one stream decoding",
         low=0, low_open=True, column="decode tok/s",
+    )  # fmt: skip
+    decode_slowdown: float = setting(
+        0.0, "how much each further stream decoding on a replica slows a stream: interval = "
+        "1/decode-tps x (1 + slowdown x (streams - 1)) (0: streams do not slow each other)",
+        low=0, column="decode slowdown",
+    )  # fmt: skip
+    chars_per_token: float = setting(
+        4.0, "how the modelled engine counts text: characters per token (about 4 in English)",
+        scope=SERVER, low=0, low_open=True,
+    )  # fmt: skip
+    cache_mode: str = setting(
+        "blocks", "how a replica reuses earlier prompts: blocks (hashed blocks any request may reuse: "
+        "vLLM, SGLang) or seat-prefix (each seat keeps its last prompt: llama.cpp; needs --seats)",
+        choices=CACHE_MODES, column="cache mode",
+    )  # fmt: skip
+    seats: int | None = setting(
+        None, "requests a replica runs at once (llama.cpp -np, vLLM --max-num-seqs); the rest wait "
+        "for a seat, and each seat has --context-tokens / seats of context; `none`: no limit",
+        low=1, words={"none": None}, column="seats",
     )  # fmt: skip
     cache_blocks: int = setting(
         4096, "prefix-cache capacity per replica, in blocks (least recently used evicted); `unlimited`",
@@ -90,7 +114,10 @@ class Settings:
         BLOCK_TOKENS, "tokens per cache block (only full blocks are cached; Mooncake's traces use 512)",
         low=1, column="block tokens",
     )  # fmt: skip
-    context_tokens: int = setting(131_072, "largest prompt + reply, tokens", scope=SERVER, low=1)
+    context_tokens: int = setting(
+        131_072, "largest prompt + reply, tokens (with --seats: split evenly between the seats)",
+        scope=SERVER, low=1,
+    )  # fmt: skip
     max_body_bytes: int = setting(
         8 * 1024 * 1024, "largest request body, bytes (a larger one gets 413)", scope=SERVER, low=1
     )
@@ -116,6 +143,21 @@ class Settings:
         "or a trace's session_id; else random), prefix (cache-aware)",
         choices=ROUTES, column="route",
     )  # fmt: skip
+    route_prefill_weight: float = setting(
+        1.0, "--route prefix: weight of the prefill a replica would do (its backlog and the prompt's "
+        "uncached tokens) against the tokens it serves (Dynamo's --kv-overlap-score-weight)",
+        low=0, column="prefill weight",
+    )  # fmt: skip
+    route_cache_threshold: float = setting(
+        0.3, "--route prefix: a prompt no replica holds more than this share of is cold and goes to "
+        "the cheapest replica caching least (SGLang's --cache-threshold)",
+        low=0, high=1, column="cache threshold",
+    )  # fmt: skip
+    route_temperature: float = setting(
+        0.0, "--route prefix: 0 takes the cheapest replica (ties drawn with --seed); above 0, a "
+        "softmax draw over the replicas' normalised costs (Dynamo's --router-temperature)",
+        low=0, column="temperature",
+    )  # fmt: skip
     cache_ttl_s: float | None = setting(
         None, "seconds a cached block may stay unused before it expires; `never`",
         flag="--cache-ttl", low=0, low_open=True, words={"never": None, "none": None}, column="TTL s",
@@ -137,10 +179,20 @@ class Settings:
             message = problem(f, getattr(self, f.name))
             if message:
                 raise ValueError(message)
+        if self.seats is not None and self.seats > self.context_tokens:
+            raise ValueError(f"--seats {self.seats} leaves no context to a seat: at most --context-tokens")
+        if self.cache_mode == "seat-prefix" and self.seats is None:
+            raise ValueError("--cache-mode seat-prefix keeps a prompt per seat: give --seats too")
 
     @property
     def timing(self) -> TimingModel:
-        return TimingModel(self.overhead_ms, self.prefill_tps, self.decode_tps)
+        return TimingModel(
+            self.overhead_ms,
+            self.prefill_tps,
+            self.decode_tps,
+            attention_ns=self.prefill_attention_ns,
+            decode_slowdown=self.decode_slowdown,
+        )
 
 
 def flag(f: dataclasses.Field) -> str:
