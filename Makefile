@@ -12,7 +12,7 @@ export FELAB_CALLER_DIR ?= $(PWD)
 
 .DEFAULT_GOAL := help
 .PHONY: help setup demo mock check smoke bench test lint numbers new-lesson fw-check bundle bundle-serve \
-	engines llama-server tiny-model test-engines replay test-load
+	engines llama-server tiny-model test-engines replay test-load cluster
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -48,15 +48,20 @@ check: $(STAMP) ## which servers are up, each target's URL and model, whether FI
 smoke: $(STAMP) ## every lesson script against a fresh practice server, in quick mode
 	@$(PY) -m felab smoke
 
-bench: $(STAMP) ## how faithful the practice server is: TTFT measured vs predicted, CPU per token; replay speed (~35 s)
+bench: $(STAMP) ## how faithful the practice server is: TTFT measured vs predicted, CPU per token; replay speed, balance, --jobs, hostile input (~1.5 min)
 	@$(PY) -m felab.mock_server.fidelity
 	@$(PY) -m felab.replay.bench
 
 fw-check: $(call EXTRA,fireworks) ## anything on Fireworks still billing, and the command that stops it (fails closed)
 	@$(PY) -m felab fw-check
 
-replay: $(call EXTRA,plot) ## a production trace through the practice server's model: make replay TRACE=f ARGS="--replicas 1,8"
+replay: $(call EXTRA,plot) $(if $(findstring --scheduler,$(ARGS)),$(call EXTRA,cluster)) ## a production trace through the practice server's model: make replay TRACE=f ARGS="--replicas 1,8"
 	@$(PY) -m felab replay $(TRACE) $(ARGS)
+
+cluster: $(call EXTRA,cluster) ## install Dask for sweeps on several machines: replay --scheduler (docs/replay.md)
+	@echo "Dask is installed. Start a scheduler ($(VENV)/bin/dask scheduler), a worker on each machine"
+	@echo "($(VENV)/bin/dask worker tcp://HOST:8786, from the kit's folder), then:"
+	@echo "  make replay ARGS=\"--replicas 8,18,64 --route random,prefix --scheduler tcp://HOST:8786\""
 
 numbers: $(call EXTRA,plot) ## your numbers: the latest cold run per lesson, target and order (and a TTFT picture)
 	@$(PY) -m felab numbers
