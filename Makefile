@@ -12,7 +12,7 @@ export FELAB_CALLER_DIR ?= $(PWD)
 
 .DEFAULT_GOAL := help
 .PHONY: help setup demo mock check smoke bench test lint numbers new-lesson fw-check bundle bundle-serve \
-	engines llama-server tiny-model test-engines replay test-load
+	engines llama-server tiny-model test-engines replay test-load calibrate
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -33,8 +33,8 @@ setup: $(STAMP) ## create .venv and install the kit (the other targets do this f
 demo: $(STAMP) ## lesson 06 on the practice server: opening first and time first, one table
 	@$(PY) -m felab demo
 
-mock: $(STAMP) ## run the practice server in the foreground on port 8765 (Ctrl+C stops it)
-	@$(PY) -m felab.mock_server
+mock: $(STAMP) ## run the practice server in the foreground on port 8765 (Ctrl+C stops it); PROFILE=f: a calibrated twin
+	@$(PY) -m felab.mock_server $(if $(PROFILE),--profile "$(if $(filter /%,$(PROFILE)),$(PROFILE),$(FELAB_CALLER_DIR)/$(PROFILE))")
 
 check: $(STAMP) ## which servers are up, each target's URL and model, whether FIREWORKS_API_KEY is set
 	@$(PY) -m felab check
@@ -51,6 +51,9 @@ fw-check: $(call EXTRA,fireworks) ## anything on Fireworks still billing, and th
 
 replay: $(call EXTRA,plot) ## a production trace through the practice server's model: make replay TRACE=f ARGS="--replicas 1,8"
 	@$(PY) -m felab replay $(TRACE) $(ARGS)
+
+calibrate: $(call EXTRA,plot) ## measure a server, write a profile for the practice server: make calibrate TARGET=llamacpp ARGS="--check f"
+	@$(PY) -m felab calibrate --target $(or $(TARGET),llamacpp) $(ARGS)
 
 numbers: $(call EXTRA,plot) ## your numbers: the latest cold run per lesson, target and order (and a TTFT picture)
 	@$(PY) -m felab numbers
