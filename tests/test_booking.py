@@ -133,3 +133,34 @@ def test_a_cancelled_prefill_stops_its_blocks_clock_where_it_stopped() -> None:
     # Booked to be used until 1.04 s, but last used at 0.52 s: at 1.6 s they have expired.
     model = half_prefilled(ttl=1.0)
     assert model.book(prompt(list(range(100, 140))), 1, arrival=1.6, now=1.6).cached_tokens == 0
+
+
+@pytest.mark.parametrize("order", ["booked", "reversed"])
+def test_a_chain_of_hung_up_prompts_gives_back_all_the_time_no_live_prompt_needs(order: str) -> None:
+    # 60 prompts, each the last one plus 4 blocks (issue 22): each found the blocks of the one
+    # before it, booked but not yet computed. All hang up at 0.1 s, before their prefill ends.
+    model = PracticeModel(Settings())
+    chain = [model.book(prompt(list(range(4 * (k + 1)))), 50, arrival=0.0, now=0.0) for k in range(60)]
+    assert chain[-1].turn.end == pytest.approx(0.015 + 60 * 4 * 64 / 2500)  # 6.16 s of lane booked
+    for b in chain if order == "booked" else reversed(chain):
+        model.cancel(b, now=0.1)
+    # Only the 85 ms the first one really prefilled (0.015 to 0.1 s) was spent: a tiny prompt now
+    # waits as on an idle server, its overhead and its own 10 tokens.
+    tiny = model.book(prompt([], extra_tokens=10), 1, arrival=0.1, now=0.1)
+    assert tiny.ttft_s == pytest.approx(0.015 + 10 / 2500)
+    assert model.in_flight() == [(0, tiny.turn)]  # the gauges: one request, the tiny one
+
+
+def test_a_live_prompt_keeps_what_it_relies_on_and_only_that() -> None:
+    # Three prompts, each extending the last by 4 blocks. The first two hang up; the third is
+    # live and found all 8 of their blocks: that work stays in the lane for it. Then it hangs up
+    # too, and their claim goes with it.
+    model = PracticeModel(Settings())
+    a, b, c = (model.book(prompt(list(range(4 * k))), 1, arrival=0.0, now=0.0) for k in (1, 2, 3))
+    each = 4 * 64 / 2500  # 0.1024 s
+    model.cancel(a, now=0.02)
+    model.cancel(b, now=0.02)
+    assert c.turn.start == pytest.approx(0.015 + 2 * each)  # a's and b's blocks are computed for c
+    model.cancel(c, now=0.02)
+    tiny = model.book(prompt([], extra_tokens=10), 1, arrival=0.02, now=0.02)
+    assert tiny.turn.start == pytest.approx(0.035)  # a had prefilled 5 ms: spent; the rest given back

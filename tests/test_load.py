@@ -61,6 +61,30 @@ def test_hung_up_clients_across_four_replicas() -> None:
             assert tiny_wait(url, True) < 3.0
 
 
+def test_a_chain_of_hung_up_prompts_each_extending_the_last_leaves_no_queue() -> None:
+    # Issue 22: 60 streamed prompts share a ~3,000-token opening, each the last one plus ~400
+    # tokens, so each finds the blocks of the one booked before it (~10.8 s of prefill in all).
+    # Every client closes 0.5 s after it sent, before its prefill ends. A tiny request then
+    # waited ~10 s while the gauges read 0/0. Allowed: 3 s (an idle server: ~20 ms).
+    opening = "".join(f"rule {i}: answer briefly. " for i in range(500))  # ~3,000 tokens
+
+    def send(k: int) -> None:
+        text = opening + "".join(f"question {j} of the chain goes here. " * 50 for j in range(k + 1))
+        api = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=0.5)
+        with pytest.raises(openai.APITimeoutError):
+            for _ in api.chat.completions.create(
+                model="felab-practice", messages=[{"role": "user", "content": text}], stream=True
+            ):
+                pass
+
+    with practice_server() as url:
+        Together(*(lambda k=k: send(k) for k in range(60))).join()  # 10 ms apart, in order
+        assert booked_tokens(url) > 60 * 3000
+        assert tiny_wait(url, True) < 3.0
+        m = metrics.scrape(url)
+        assert (m["vllm:num_requests_running"], m["vllm:num_requests_waiting"]) == (0, 0)
+
+
 # ── Slow and idle clients: the practice server ────────────────────────────────
 
 

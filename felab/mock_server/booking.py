@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from felab.mock_server.config import Settings
-from felab.mock_server.fleet import Fleet, Replica
+from felab.mock_server.fleet import Fleet, Replica, Weights
 from felab.mock_server.timing import Prefill
 
 
@@ -96,13 +96,19 @@ class Booking:
 
 
 def _shared(later: Booking, cancelled: Booking) -> int:
-    """How many leading blocks of `cancelled`'s prompt `later` found in the cache when booked."""
-    n = 0
-    for mine, theirs in zip(later.keys[: later.found_blocks], cancelled.keys, strict=False):
-        if mine != theirs:
-            break
-        n += 1
-    return n
+    """How many leading blocks of `cancelled`'s prompt `later` found in the cache when booked.
+
+    Keys are chained (a key stands for its block and every block before it: cache.py), so two
+    prompts agree on a run of leading keys exactly up to the last key they share: a bisection.
+    """
+    lo, hi = 0, min(later.found_blocks, len(cancelled.keys))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if later.keys[mid - 1] == cancelled.keys[mid - 1]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 class PracticeModel:
@@ -111,10 +117,16 @@ class PracticeModel:
     def __init__(self, settings: Settings) -> None:
         self.settings, self.timing = settings, settings.timing
         cache = (settings.cache_blocks, settings.block_tokens, settings.cache_ttl_s)
-        self.fleet = Fleet(settings.replicas, settings.route, cache, self.timing, settings.seed)
+        weights = Weights(
+            settings.route_prefill_weight, settings.route_temperature, settings.route_cache_threshold
+        )
+        self.fleet = Fleet(settings.replicas, settings.route, cache, self.timing, settings.seed, weights)
         self.ids = itertools.count()
         self.live: dict[str, Booking] = {}
         """Bookings whose reply is not over, in the order they were booked."""
+        self.hung_up: dict[str, Booking] = {}
+        """Bookings whose client hung up during their prefill and whose lane time live prompts
+        may still need (`cancel`); dropped once their kept prefill is over."""
 
     def book(self, prompt: Prompt, reply_tokens: int, arrival: float, now: float) -> Booking:
         """Route, look up, queue, insert and count one request that arrived at `arrival`."""
@@ -135,6 +147,7 @@ class PracticeModel:
             prompt.keys,
         )
         self.live[booking.rid] = booking
+        replica.active_tokens += prompt.tokens + reply_tokens
         replica.stats.admit(prompt.tokens, booking.cached_tokens)
         return booking
 
@@ -143,39 +156,52 @@ class PracticeModel:
         was really served: the tokens due by then, and the TTFT only if the first token came."""
         sent = booking.reply_tokens if now is None else booking.tokens_due(now)
         booking.replica.stats.served(booking.ttft_s if sent else None, sent)
-        self.live.pop(booking.rid, None)
+        if self.live.pop(booking.rid, None) is not None:
+            booking.replica.active_tokens -= booking.prompt_tokens + booking.reply_tokens
 
     def in_flight(self) -> list[tuple[int, Prefill]]:
         """(replica, turn in its prefill lane) of every request being served now (for the gauges)."""
         return [(b.replica.index, b.turn) for b in self.live.values()]
 
     def cancel(self, booking: Booking, now: float) -> bool:
-        """Its client hung up at `now`: give the lane back the time it had not used, as an engine
-        aborts a request.
+        """Its client hung up at `now`: give the lane back the time no live request needs, as an
+        engine aborts a request.
 
-        Two things stay true. Prompts booked after it on its replica found its blocks in the
-        cache; the part of its prefill they count on is kept in the lane (done for them, before
-        their turn), so they are not served blocks nobody computed. Its other blocks that were
+        Prompts booked after it on its replica found its blocks in the cache; the part of its
+        prefill that *live* ones count on is kept in the lane (done for them, before their turn),
+        so they are not served blocks nobody computed. That claim is theirs: when they hang up
+        too, every hung-up prompt they relied on gives its kept time back (`_release`), so a
+        chain of hung-up prompts, each extending the last, leaves nothing behind. Blocks that are
         never computed leave the cache: a later prompt must prefill them.
         True if prompts queued behind it moved up (their waiters should look again).
         """
         self.finish(booking, now)
-        replica, turn = booking.replica, booking.turn
-        if turn.end <= now:
+        if booking.turn.end <= now:
             return False  # its prefill was over: the lane time was spent, its blocks computed
-        block = replica.cache.block_tokens
-        later = (b for b in self.live.values() if b.replica is replica and int(b.rid) > int(booking.rid))
-        relied = max((_shared(b, booking) for b in later), default=0)
-        needed = max(0, relied - booking.found_blocks) * block
-        booked_end = turn.end  # when insert() said its blocks were last used
-        moved = replica.lane.cancel(turn, now, keep_s=self.timing.prefill_s(needed))
-        computed = int(round(turn.seconds * self.timing.prefill_tokens_per_s)) // block
-        kept = booking.found_blocks + computed
-        replica.cache.forget(booking.keys[kept:])
-        # Its kept blocks were last used when its (shortened) prefill stopped, not at the old end:
-        # the time to live counts from then (unless a later prompt has used them since).
-        replica.cache.restamp(booking.keys[:kept], booked_end, max(now, turn.end))
+        self.hung_up[booking.rid] = booking
+        earlier = (g for g in self.hung_up.values() if g.replica is booking.replica and g is not booking)
+        relied_on = [g for g in earlier if _shared(booking, g) > g.found_blocks] + [booking]
+        moved = [turn for ghost in relied_on for turn in self._release(ghost, now)]
+        for rid in [rid for rid, g in self.hung_up.items() if g.turn.end <= now or not g.turn.seconds]:
+            del self.hung_up[rid]  # nothing of it left to give back
         return bool(moved)
+
+    def _release(self, ghost: Booking, now: float) -> list[Prefill]:
+        """Cut a hung-up prompt's lane time to what it used by `now` and what live prompts booked
+        after it still need of its work; forget the blocks it will never compute. The turns moved."""
+        replica, turn = ghost.replica, ghost.turn
+        later = (b for b in self.live.values() if b.replica is replica and int(b.rid) > int(ghost.rid))
+        needed = max(0, max((_shared(b, ghost) for b in later), default=0) - ghost.found_blocks)
+        block = replica.cache.block_tokens
+        before = ghost.found_blocks * block  # tokens already in context when its prefill began
+        booked_end = turn.end  # when its blocks were last said to be used
+        moved = replica.lane.cancel(turn, now, keep_s=self.timing.prefill_s(needed * block, before))
+        kept = ghost.found_blocks + self.timing.prefilled_tokens(turn.seconds, before) // block
+        replica.cache.forget(ghost.keys[kept:])
+        # Its kept blocks were last used when its (shortened) prefill stops, not at the old end:
+        # the time to live counts from then (unless a later prompt has used them since).
+        replica.cache.restamp(ghost.keys[:kept], booked_end, max(now, turn.end))
+        return moved
 
     def reset_caches(self) -> int:
         """Forget every cached block of every replica, as a restart would; how many were dropped."""

@@ -24,6 +24,8 @@ from collections.abc import Sequence
 
 CHARS_PER_TOKEN = 4
 BLOCK_TOKENS = 64
+CACHE_MODES = ("blocks", "seat-prefix")
+"""How a replica reuses earlier prompts: hashed blocks (this module) or each seat's last prompt."""
 
 
 def tokenize(text: str) -> list[str]:

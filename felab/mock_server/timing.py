@@ -26,25 +26,46 @@ runs live (the event loop's clock) and in a replay (a virtual clock).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class TimingModel:
-    """The rates of the modelled server (their defaults live in config.py)."""
+    """The rates of the modelled server (their defaults live in config.py).
+
+    Two terms are 0 by default (lesson 06's linear model) and set by a calibrated profile:
+    `attention_ns`, attention's cost per new token per token it attends to (a prompt read
+    after a long context costs more per token than the same prompt read cold), and
+    `decode_slowdown`, how much each further stream decoding on the replica slows a stream.
+    """
 
     overhead_ms: float
     prefill_tokens_per_s: float
     decode_tokens_per_s: float
+    attention_ns: float = 0.0
+    decode_slowdown: float = 0.0
 
-    def prefill_s(self, uncached_tokens: int) -> float:
-        """Seconds to prefill the tokens the cache did not have."""
-        return uncached_tokens / self.prefill_tokens_per_s
+    def prefill_s(self, uncached_tokens: int, context_before: int = 0) -> float:
+        """Seconds to prefill the tokens the cache did not have, after `context_before` tokens
+        already in context (the cached part): the linear term, plus attention, where each new
+        token attends to the context and to the new tokens before it (on average half of them)."""
+        attention = self.attention_ns * 1e-9 * uncached_tokens * (context_before + uncached_tokens / 2)
+        return uncached_tokens / self.prefill_tokens_per_s + attention
 
-    def token_interval_s(self) -> float:
-        """Seconds between two generated tokens of one stream."""
-        return 1.0 / self.decode_tokens_per_s
+    def prefilled_tokens(self, seconds: float, context_before: int = 0) -> int:
+        """How many tokens `seconds` of prefill computes after `context_before` (prefill_s inverted)."""
+        k, b = self.attention_ns * 1e-9, 1 / self.prefill_tokens_per_s
+        if k == 0:
+            return int(round(seconds * self.prefill_tokens_per_s))
+        b += k * context_before  # solve k/2 u² + b u = seconds for u
+        return int((math.sqrt(b * b + 2 * k * seconds) - b) / k + 1e-9)
+
+    def token_interval_s(self, streams: int = 1) -> float:
+        """Seconds between two generated tokens of one stream, with `streams` decoding on its
+        replica (fixed when a request is booked: an approximation, as the number changes)."""
+        return (1 + self.decode_slowdown * max(streams - 1, 0)) / self.decode_tokens_per_s
 
 
 @dataclass(eq=False)  # each turn is itself: the lane finds and removes it by identity
