@@ -62,7 +62,9 @@ def workload(p: Prober, biggest: int) -> dict[str, list[Sample]]:
         asked = [prompts.with_question(text, q) for q in prompts.QUESTIONS[: QUESTIONS_PER_OPENING + 1]]
         add(OPENING_FIRST_1, [p.call(asked[0])])
         add(OPENING_FIRST_REST, [p.call(m, TPOT_TOKENS) for m in asked[1:]])
-    p.say(f"    an opening of ~{opening_tokens:,} tokens with {QUESTIONS_PER_OPENING + 1} questions after it, twice")
+    p.say(
+        f"    an opening of ~{opening_tokens:,} tokens, {QUESTIONS_PER_OPENING + 1} questions after it, twice"
+    )
     text = prompts.opening(p.tokens_to_chars(opening_tokens), p.rng)
     questions = prompts.QUESTIONS[-QUESTIONS_PER_OPENING:]
     add(QUESTION_FIRST, [p.call(prompts.with_question(text, q, first=False)) for q in questions])

@@ -57,7 +57,11 @@ def connect(target_name: str, base_url: str | None, model: str | None) -> Target
 
 def announce(target: Target, facts: ServerFacts, requests: int, tokens: int | None, yes: bool) -> None:
     """Say what will be sent; on a paid target, ask first (or take --yes)."""
-    seats = f", {facts.seats} seats of {facts.seat_context:,} tokens" if facts.seats and facts.seat_context else ""
+    seats = (
+        f", {facts.seats} seats of {facts.seat_context:,} tokens"
+        if facts.seats and facts.seat_context
+        else ""
+    )
     say(f"target: {target.name} · {target.base_url} · model: {target.model} · {facts.engine}{seats}")
     volume = f" (about {tokens:,} prompt tokens)" if tokens else ""
     say(f"it sends at most {requests} streamed requests{volume}; up to about 2 minutes.")
@@ -97,14 +101,18 @@ def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) ->
     return path
 
 
-def check(
-    target: Target, path: Path, max_requests: int, yes: bool, picture: Path | None
-) -> list[card.Row]:
-    """The held-out work on the real server and on the twin; the table; the picture."""
+def profile_settings(path: Path) -> dict[str, Any]:
+    """The profile's settings, or the one message that says why it cannot be used."""
     try:
-        settings = read_settings(path)
+        return read_settings(path)
     except ProfileError as exc:
         raise FelabError(str(exc)) from None
+
+
+def check(
+    target: Target, path: Path, settings: dict[str, Any], max_requests: int, yes: bool, picture: Path | None
+) -> list[card.Row]:
+    """The held-out work on the real server and on the twin; the table; the picture."""
     facts = server_facts(target)
     biggest = BIGGEST if facts.seat_context is None else facts.seat_context - DECODE_MAX_TOKENS - 64
     biggest = min(BIGGEST, biggest)
@@ -132,7 +140,12 @@ def check(
     )
     record(
         "calibrate-check",
-        {"target": target.name, "model": target.model, "profile": str(path), "rows": [r.cells() for r in rows]},
+        {
+            "target": target.name,
+            "model": target.model,
+            "profile": str(path),
+            "rows": [r.cells() for r in rows],
+        },
     )
     if importlib.util.find_spec("matplotlib") is None:
         say(f"(no picture: `{from_here('make calibrate')}` installs what draws it)")
@@ -153,7 +166,9 @@ def check(
 
 
 @click.command("calibrate", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--target", "target_name", type=click.Choice(list(TARGETS)), default="llamacpp", show_default=True)
+@click.option(
+    "--target", "target_name", type=click.Choice(list(TARGETS)), default="llamacpp", show_default=True
+)
 @click.option("--base-url", help="the server's OpenAI-compatible URL, ending in /v1 (default: the target's)")
 @click.option("--model", help="model id (default: the target's, or the one the server serves)")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="where to write the profile")
@@ -170,7 +185,9 @@ def check(
     show_default=True,
     help="never send the server more requests than this",
 )
-@click.option("--plot", "picture", type=click.Path(dir_okay=False, path_type=Path), help="--check's picture (.png)")
+@click.option(
+    "--plot", "picture", type=click.Path(dir_okay=False, path_type=Path), help="--check's picture (.png)"
+)
 @click.option("--yes", is_flag=True, help="do not ask before sending requests to a paid target")
 def calibrate_command(
     target_name: str,
@@ -196,8 +213,9 @@ def calibrate_command(
       python -m felab calibrate --check results/profiles/llamacpp-....toml --target llamacpp
       make mock PROFILE=results/profiles/llamacpp-....toml
     """
+    settings = profile_settings(check_path) if check_path is not None else None  # before any request
     target = connect(target_name, base_url, model)
-    if check_path is not None:
-        check(target, check_path, max_requests, yes, picture)
+    if check_path is not None and settings is not None:
+        check(target, check_path, settings, max_requests, yes, picture)
     else:
         calibrate(target, out, max_requests, yes)

@@ -27,7 +27,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-
 RELATIVE_FROM_MS = 10.0
 """Errors are weighed relative to TTFT + this: a few ms of a busy machine's noise on a 20 ms prompt
 should not outweigh the long prompts."""
@@ -54,9 +53,15 @@ class PrefillFit:
         return predict_ms(self.overhead_ms, self.prefill_tps, self.attention_ns, uncached, context)
 
 
-def predict_ms(overhead_ms: float, prefill_tps: float, attention_ns: float, uncached: int, context: int) -> float:
+def predict_ms(
+    overhead_ms: float, prefill_tps: float, attention_ns: float, uncached: int, context: int
+) -> float:
     """The practice server's TTFT for one prompt alone on an idle server (timing.py's formula)."""
-    return overhead_ms + uncached * 1000 / prefill_tps + attention_ns * 1e-6 * uncached * (context + uncached / 2)
+    return (
+        overhead_ms
+        + uncached * 1000 / prefill_tps
+        + attention_ns * 1e-6 * uncached * (context + uncached / 2)
+    )
 
 
 def solve(a: list[list[float]], b: list[float]) -> list[float]:
@@ -187,7 +192,9 @@ def cache_finding(warm: Sequence[tuple[int, int | None, float]], cold_ms: float)
     shown = ", ".join(f"{c:,}" for c in counts)
     if sizes and len(counts) >= 3:
         return CacheFinding("yes", "blocks", max(sizes), f"cached {shown}: all multiples of {max(sizes)}")
-    return CacheFinding("yes", "seat-prefix", None, f"cached {shown}: not whole blocks (longest common prefix)")
+    return CacheFinding(
+        "yes", "seat-prefix", None, f"cached {shown}: not whole blocks (longest common prefix)"
+    )
 
 
 def sharing(rounds: Sequence[Sequence[float]], alone_ms: float, overhead_ms: float) -> tuple[str, float]:

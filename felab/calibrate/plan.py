@@ -62,7 +62,9 @@ class Plan:
     def prompt_tokens(self) -> int:
         """About how many prompt tokens the plan sends (for the announcement; billed on a paid target)."""
         cold = sum(self.cold_lengths) * self.repeats
-        opened = sum(o * (1 + self.warm) + self.suffix_tokens * (1 + self.warm * 2) for o in self.opening_lengths)
+        opened = sum(
+            o * (1 + self.warm) + self.suffix_tokens * (1 + self.warm * 2) for o in self.opening_lengths
+        )
         return 100 + cold + opened + self.together_tokens * self.streams * self.together_rounds + 60 * 7
 
 
@@ -116,12 +118,16 @@ def measure(p: Prober, plan: Plan, facts: ServerFacts) -> Measurements:
     p.say("  1/5  a first short call (does it answer, and report its prompt tokens?)")
     m = Measurements(facts, probes.first_call(p))
     p.learn_chars_per_token([m.first])
-    p.say(f"  2/5  cold prompts of {len(plan.cold_lengths)} lengths, {plan.repeats}x each (prefill and overhead)")
+    p.say(
+        f"  2/5  cold prompts of {len(plan.cold_lengths)} lengths, {plan.repeats}x each (prefill, overhead)"
+    )
     m.cold = probes.cold(p, plan.cold_lengths, plan.repeats)
     p.say(f"  3/5  {len(plan.opening_lengths)} openings, each sent again with new text (prefix cache)")
     m.openings = probes.openings(p, plan.opening_lengths, plan.suffix_tokens, plan.warm)
     p.say(f"  4/5  {plan.streams} cold prompts at once (how prefill is shared)")
     m.together = probes.together(p, plan.together_tokens, plan.streams, plan.together_rounds)
-    p.say(f"  5/5  replies of {probes.DECODE_MAX_TOKENS} tokens, 1 to {max(plan.decode_streams)} at once (decode)")
+    p.say(
+        f"  5/5  replies, {probes.DECODE_MAX_TOKENS} tokens, 1 to {max(plan.decode_streams)} at once (decode)"
+    )
     m.decode = probes.decode(p, plan.decode_streams)
     return m

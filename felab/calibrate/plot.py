@@ -28,7 +28,12 @@ def draw(
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     ax.plot([s.prompt_tokens for s in real], [s.ttft_ms for s in real], "o", label="real server, measured")
-    ax.plot([s.prompt_tokens for s in twin], [s.ttft_ms for s in twin], "x", label="twin (practice server), measured")
+    ax.plot(
+        [s.prompt_tokens for s in twin],
+        [s.ttft_ms for s in twin],
+        "x",
+        label="twin (practice server), measured",
+    )
     top = max([s.prompt_tokens for s in [*real, *twin]] or [1000])
     xs = [top * i / 100 for i in range(101)]
     terms = (

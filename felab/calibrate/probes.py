@@ -179,7 +179,9 @@ class Prober:
                 f"llama.cpp, vLLM, SGLang, MLX, Fireworks and the practice server."
             )
         chars = prompts.chars_of(messages)
-        return Sample(chars, r.prompt_tokens, r.cached_tokens, r.ttft_ms, r.output_tokens, r.itl_ms, r.total_ms)
+        return Sample(
+            chars, r.prompt_tokens, r.cached_tokens, r.ttft_ms, r.output_tokens, r.itl_ms, r.total_ms
+        )
 
     def _too_small(self, exc: FelabError) -> FelabError | None:
         cause = exc.__cause__
@@ -213,7 +215,7 @@ def cold(p: Prober, lengths: list[int], repeats: int) -> list[list[Sample]]:
     out: list[list[Sample]] = []
     for n, tokens in enumerate(lengths):
         if len(out) >= 3 and _slow([s for g in out for s in g], tokens):
-            p.say(f"    {tokens:,} tokens and longer left out: this server would take over {SLOWEST_PROBE_S:g} s")
+            p.say(f"    from {tokens:,} tokens on left out: each would take over {SLOWEST_PROBE_S:g} s here")
             break
         got = [p.call(prompts.fresh(p.tokens_to_chars(tokens), p.rng)) for _ in range(repeats)]
         out.append(got)
@@ -245,18 +247,19 @@ def openings(p: Prober, lengths: list[int], suffix_tokens: int, warm: int) -> li
     cached counts land on many different lengths (whole blocks show as multiples of one size)."""
     out = []
     for n, tokens in enumerate(lengths):
-        text = prompts.opening(p.tokens_to_chars(tokens), p.rng)
+        # Lengths off any round number, so that no block size divides them all by chance.
+        text = prompts.opening(p.tokens_to_chars(tokens + p.rng.randrange(5, 60)), p.rng)
         piece = p.tokens_to_chars(suffix_tokens)
         first = p.call(prompts.with_question(text, prompts.opening(piece, p.rng)))
-        rest, after = [], prompts.opening(piece, p.rng)
+        rest, after = [], prompts.opening(piece + p.rng.randrange(20, 240), p.rng)
         for _ in range(warm):
             rest.append(p.call(prompts.with_question(text, after)))
-            after = f"{after} {prompts.opening(piece, p.rng)}"
+            after = f"{after} {prompts.opening(piece + p.rng.randrange(20, 240), p.rng)}"
         out.append(Opening(first, rest))
         cached = ", ".join("?" if s.cached_tokens is None else f"{s.cached_tokens:,}" for s in rest)
         times = ", ".join(f"{s.ttft_ms:.0f}" for s in rest)
         p.say(
-            f"    {n + 1}/{len(lengths)}  opening {first.prompt_tokens:,} tokens: cold {first.ttft_ms:.0f} ms; "
+            f"    {n + 1}/{len(lengths)}  {first.prompt_tokens:,} tokens cold {first.ttft_ms:.0f} ms; "
             f"again with new text: cached {cached}, TTFT {times} ms"
         )
     return out

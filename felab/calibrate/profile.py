@@ -80,21 +80,21 @@ def build(m: Measurements, target: Target, plan: Plan, seconds: float, requests:
     warm = [(s.prompt_tokens, s.cached_tokens, s.ttft_ms) for o in m.openings for s in o.warm]
     cold_open = fit.median([o.cold.ttft_ms for o in m.openings]) if m.openings else 1.0
     cache = fit.cache_finding(warm, cold_open)
-    alone_ms = prefill.predict_ms(plan.together_tokens)
     rounds = [[s.ttft_ms for s in r] for r in m.together]
     together_tokens = m.together[0][0].prompt_tokens if m.together else plan.together_tokens
     shared, shared_err = fit.sharing(rounds, prefill.predict_ms(together_tokens), prefill.overhead_ms)
-    intervals = {k: fit.median([t for s in got if (t := s.tpot_ms) is not None] or [1.0]) for k, got in m.decode.items()}
-    decode_tps, slowdown = fit.fit_slowdown(intervals)
+    gaps = {k: [t for s in got if (t := s.tpot_ms) is not None] for k, got in m.decode.items()}
+    intervals = {k: fit.median(v) for k, v in gaps.items() if v}
 
     settings: dict[str, Any] = {
         "overhead_ms": fit.sig(prefill.overhead_ms),
         "prefill_tps": fit.sig(prefill.prefill_tps),
         "prefill_attention_ns": fit.sig(prefill.attention_ns),
         "chars_per_token": fit.sig(tokens),
-        "decode_tps": fit.sig(decode_tps),
-        "decode_slowdown": fit.sig(slowdown),
     }
+    if 1 in intervals:  # replies of 2 tokens or more came back: decode can be timed
+        decode_tps, slowdown = fit.fit_slowdown(intervals)
+        settings |= {"decode_tps": fit.sig(decode_tps), "decode_slowdown": fit.sig(slowdown)}
     if cache.kind != "unknown":
         settings["cache_mode"] = cache.kind
     if cache.block_tokens:

@@ -90,7 +90,10 @@ def with_question(opening_text: str, question: str, first: bool = True) -> list[
     """The opening and a question after it (`first`), or the question first, then the opening."""
     if first:
         return [{"role": "system", "content": opening_text}, {"role": "user", "content": question}]
-    return [{"role": "system", "content": f"{question}\n\n{opening_text}"}, {"role": "user", "content": question}]
+    return [
+        {"role": "system", "content": f"{question}\n\n{opening_text}"},
+        {"role": "user", "content": question},
+    ]
 
 
 def chars_of(messages: list[dict]) -> int:
