@@ -6,7 +6,8 @@ Every engine answers HTTP 400, each in its own words:
     vLLM        param `input_tokens` (0.11 and later), or "maximum context length is N tokens"
     SGLang      "Input length (P tokens) exceeds the maximum allowed length (N tokens)"
     Ollama      "the input length exceeds the context length" (no numbers; ask GET /api/ps)
-    practice    code `context_length_exceeded` (OpenAI's), "maximum context length is N tokens"
+    practice    code `context_length_exceeded` (OpenAI's), "maximum context length is N tokens";
+                with --seats, llama.cpp's body and `GET /props`
 
 llama.cpp's and OpenAI's bodies name the error with a field; vLLM's (before 0.11), SGLang's
 and Ollama's do not, so for them their documented wording is what is matched. The advice is
@@ -110,6 +111,8 @@ def too_long(target: Target, over: Overflow, request_chars: int) -> str:
     """One paragraph: what did not fit, and the restart (or choice) that fits."""
     if target.name == "llamacpp":
         return _llamacpp(target, over)
+    if target.name == "mock" and (seats := _practice_seats(target, over)):
+        return seats
     need = _needed(over, request_chars)
     size = fits(need)
     what = _what(target, over)
@@ -204,6 +207,27 @@ def _llamacpp(target: Target, over: Overflow) -> str:
             f", or keep its memory and have {fewer} seat{'s' if fewer > 1 else ''}: `{start} {total} {fewer}`"
         )
     return more + ". Then run this again."
+
+
+def _practice_seats(target: Target, over: Overflow) -> str | None:
+    """The practice server started with --seats answers /props as llama.cpp does: the advice
+    keeps its seats and gives each room for the prompt (None: it runs without seats)."""
+    props = _get_json(f"{_root(target)}/props")
+    seats = _int(props.get("total_slots")) if isinstance(props, dict) else None
+    if seats is None or over.limit is None:
+        return None
+    seat = fits(max(over.prompt_tokens or 0, over.limit + 1))
+    port = moved_port(target.name, target.base_url)
+    on_port = f" --port {port}" if port else ""
+    python = from_here(".venv/bin/python")
+    prompt = f"{over.prompt_tokens:,}" if over.prompt_tokens else "more"
+    return (
+        f"The prompt ({prompt} tokens) does not fit a seat of the practice server at "
+        f"{target.base_url} ({over.limit:,} tokens): it splits its context evenly between its {seats} seats "
+        f"({over.limit * seats:,} in all), as llama.cpp does. Stop it (Ctrl+C in its terminal) and start "
+        f"it with seats of {seat:,}: `{python} -m felab.mock_server --seats {seats} "
+        f"--context-tokens {seat * seats}{on_port}`. Then run this again."
+    )
 
 
 QUANT = re.compile(r"[-._]((?:I?Q\d\w*)|BF16|F16|F32)\.gguf$", re.IGNORECASE)

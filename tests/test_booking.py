@@ -164,3 +164,69 @@ def test_a_live_prompt_keeps_what_it_relies_on_and_only_that() -> None:
     model.cancel(c, now=0.02)
     tiny = model.book(prompt([], extra_tokens=10), 1, arrival=0.02, now=0.02)
     assert tiny.turn.start == pytest.approx(0.035)  # a had prefilled 5 ms: spent; the rest given back
+
+
+# ── The twin's terms (issue 18): seats, attention, decode slowdown ──────────────
+
+
+def test_past_its_seats_a_request_waits_for_one_and_the_wait_is_in_its_ttft() -> None:
+    # 2 seats. A and B: one block each (64 tokens, 25.6 ms of prefill) and 400 reply tokens
+    # (399 x 2.5 ms = 997.5 ms after the first). A: first token at 15 + 25.6 = 40.6 ms, reply
+    # over at 1,038.1 ms. B: after A in the lane, 66.2 ms, over at 1,063.7 ms. C finds both
+    # seats taken: it is admitted when A's reply ends, and its first token comes 25.6 ms later.
+    model = PracticeModel(Settings(seats=2))
+    a, b, c = (model.book(prompt([k]), 400, arrival=0.0, now=0.0) for k in (1, 2, 3))
+    assert a.reply_end == pytest.approx(0.0406 + 0.9975) and b.first_token_at == pytest.approx(0.0662)
+    assert c.turn.ready_at == pytest.approx(1.0381)
+    assert c.ttft_s == pytest.approx(1.0381 + 0.0256)
+    running, waiting = gauges_at(model, 0.5)
+    assert (running, waiting) == (2, 1)  # vllm:num_requests_waiting counts C
+
+
+def test_a_hang_up_frees_its_seat_and_the_waiting_request_moves_up() -> None:
+    model = PracticeModel(Settings(seats=2))
+    a, _, c = (model.book(prompt([k]), 400, arrival=0.0, now=0.0) for k in (1, 2, 3))
+    assert model.cancel(a, now=0.5)  # A's client leaves mid-reply: C takes its seat at 0.5 s
+    assert c.turn.ready_at == pytest.approx(0.5) and c.first_token_at == pytest.approx(0.5256)
+    d = model.book(prompt([4]), 1, arrival=0.6, now=0.6)  # both seats held until ~1.06 and ~1.52 s
+    assert d.turn.ready_at == pytest.approx(0.0662 + 0.9975)
+
+
+def gauges_at(model: PracticeModel, now: float) -> tuple[int, int]:
+    turns = [turn for _, turn in model.in_flight()]
+    return sum(t.start <= now for t in turns), sum(t.start > now for t in turns)
+
+
+def test_seat_prefix_reuses_what_the_seat_last_read_and_picks_the_seat_that_shares_most() -> None:
+    # llama.cpp's cache: each seat keeps its last prompt. A (an opening of 40 blocks) and B (20
+    # other blocks) each take a seat; later, a question after A's opening takes A's seat and reads
+    # only its new block; a prompt sharing nothing with either reuses nothing.
+    model = PracticeModel(Settings(seats=2, cache_mode="seat-prefix"))
+    a = model.book(prompt(list(range(40))), 1, arrival=0.0, now=0.0)
+    b = model.book(prompt(list(range(100, 120))), 1, arrival=0.0, now=0.0)
+    again = model.book(prompt([*range(40), 999]), 1, arrival=5.0, now=5.0)
+    assert again.seat is a.seat and again.cached_tokens == 40 * 64
+    assert again.ttft_s == pytest.approx(0.015 + 64 / 2500)
+    other = model.book(prompt(list(range(200, 210))), 1, arrival=6.0, now=6.0)
+    assert other.seat is b.seat and other.cached_tokens == 0  # the seat free longest (a's was used at 5 s)
+    # The seat now holds `other`'s prompt: B's opening is gone from it, as in llama.cpp.
+    assert model.book(prompt(list(range(100, 120))), 1, 7.0, 7.0).cached_tokens == 0
+
+
+def test_attention_makes_prefill_grow_with_the_context_already_read() -> None:
+    # prefill = uncached / 2,500 + 100 ns x uncached x (context before + uncached / 2)
+    model = PracticeModel(Settings(prefill_attention_ns=100))
+    cold = model.book(prompt(list(range(47)), 37), 5, arrival=0.0, now=0.0)
+    assert cold.ttft_s == pytest.approx(0.015 + 3045 / 2500 + 100e-9 * 3045 * 3045 / 2)  # 1,697 ms
+    again = model.book(prompt(list(range(47)), 50), 5, arrival=5.0, now=5.0)  # 3,008 cached, 50 new
+    assert again.ttft_s == pytest.approx(0.015 + 50 / 2500 + 100e-9 * 50 * (3008 + 25))  # 50.2 ms
+
+
+def test_each_further_stream_decoding_on_the_replica_slows_a_new_stream() -> None:
+    # interval = 1 / 400 x (1 + 0.5 x (streams - 1)): alone 2.5 ms; with one stream decoding, 3.75 ms
+    model = PracticeModel(Settings(decode_slowdown=0.5))
+    first = model.book(prompt([1]), 400, arrival=0.0, now=0.0)
+    second = model.book(prompt([2]), 10, arrival=0.1, now=0.1)
+    assert first.interval_s == pytest.approx(0.0025) and second.interval_s == pytest.approx(0.00375)
+    later = model.book(prompt([3]), 10, arrival=2.0, now=2.0)  # the first is over by then
+    assert later.interval_s == pytest.approx(0.0025)

@@ -28,6 +28,7 @@ from typing import Any
 
 from felab.mock_server.config import Settings
 from felab.mock_server.fleet import Fleet, Replica, Weights
+from felab.mock_server.seats import Seat, Seats
 from felab.mock_server.timing import Prefill
 
 
@@ -55,6 +56,8 @@ class Booking:
     """Seconds between two reply tokens."""
     keys: Sequence[int] = ()
     """The prompt's block keys; the first `found_blocks` were in the cache when it was booked."""
+    seat: Seat | None = None
+    """The seat it holds from admission (`turn.ready_at`) to its reply's end; None: no limit."""
 
     @property
     def found_blocks(self) -> int:
@@ -84,6 +87,11 @@ class Booking:
     def token_at(self, i: int) -> float:
         """When reply token i (0-based) is due."""
         return self.turn.end + i * self.interval_s
+
+    @property
+    def reply_end(self) -> float:
+        """When its last reply token is due (its first token, for an empty reply)."""
+        return self.token_at(max(self.reply_tokens - 1, 0))
 
     def usage(self) -> dict[str, Any]:
         """OpenAI's usage object, with the cached part of the prompt as vLLM and Fireworks report it."""
@@ -121,6 +129,9 @@ class PracticeModel:
             settings.route_prefill_weight, settings.route_temperature, settings.route_cache_threshold
         )
         self.fleet = Fleet(settings.replicas, settings.route, cache, self.timing, settings.seed, weights)
+        if settings.seats is not None:
+            for r in self.fleet.replicas:
+                r.seats = Seats(settings.seats, by_prefix=settings.cache_mode == "seat-prefix")
         self.ids = itertools.count()
         self.live: dict[str, Booking] = {}
         """Bookings whose reply is not over, in the order they were booked."""
@@ -129,27 +140,39 @@ class PracticeModel:
         may still need (`cancel`); dropped once their kept prefill is over."""
 
     def book(self, prompt: Prompt, reply_tokens: int, arrival: float, now: float) -> Booking:
-        """Route, look up, queue, insert and count one request that arrived at `arrival`."""
+        """Route, seat, look up, queue, insert and count one request that arrived at `arrival`."""
         ready = arrival + self.timing.overhead_ms / 1000  # its prefill may start then, not before
         replica = self.fleet.pick(prompt.tokens, prompt.keys, prompt.session, now, ready)
-        uncached = replica.cache.uncached_tokens(prompt.tokens, prompt.keys, now)
-        turn = replica.lane.book(ready, self.timing.prefill_s(uncached), now)
-        replica.cache.insert(prompt.keys, used_at=turn.end)
-        booking = Booking(
-            f"{next(self.ids)}",
-            replica,
-            prompt.tokens,
-            prompt.tokens - uncached,
-            reply_tokens,
-            arrival,
-            turn,
-            self.timing.token_interval_s(),
-            prompt.keys,
+        seat, reused = None, 0
+        if replica.seats is not None:  # it waits for a seat first (seats.py)
+            seat, ready, reused = replica.seats.admit(ready, prompt.keys)
+        if self.settings.cache_mode == "blocks":
+            uncached = replica.cache.uncached_tokens(prompt.tokens, prompt.keys, now)
+        else:  # seat-prefix: what its seat's last prompt shares with it
+            uncached = prompt.tokens - reused * replica.cache.block_tokens
+        cached = prompt.tokens - uncached
+        turn = replica.lane.book(ready, self.timing.prefill_s(uncached, cached), now)
+        if self.settings.cache_mode == "blocks":
+            replica.cache.insert(prompt.keys, used_at=turn.end)
+        interval = self.timing.token_interval_s(self.streams(replica, turn.end))
+        rid = f"{next(self.ids)}"
+        b = Booking(
+            rid, replica, prompt.tokens, cached, reply_tokens, arrival, turn, interval, prompt.keys, seat
         )
-        self.live[booking.rid] = booking
+        if replica.seats is not None and seat is not None:
+            replica.seats.hold(seat, ready, b.reply_end, prompt.keys)
+        self.live[b.rid] = b
         replica.active_tokens += prompt.tokens + reply_tokens
-        replica.stats.admit(prompt.tokens, booking.cached_tokens)
-        return booking
+        replica.stats.admit(prompt.tokens, cached)
+        return b
+
+    def streams(self, replica: Replica, at: float) -> int:
+        """Streams decoding on `replica` at `at`, one starting then included (it sets how fast each
+        decodes: timing.py). Counted when a request is booked and kept for its reply."""
+        if not self.timing.decode_slowdown:
+            return 1
+        mine = (b for b in self.live.values() if b.replica is replica)
+        return 1 + sum(b.first_token_at <= at < b.reply_end for b in mine)
 
     def finish(self, booking: Booking, now: float | None = None) -> None:
         """The reply is over: sent whole (`now` None), or its client gone at `now`. Counts what
@@ -176,15 +199,44 @@ class PracticeModel:
         True if prompts queued behind it moved up (their waiters should look again).
         """
         self.finish(booking, now)
-        if booking.turn.end <= now:
-            return False  # its prefill was over: the lane time was spent, its blocks computed
-        self.hung_up[booking.rid] = booking
-        earlier = (g for g in self.hung_up.values() if g.replica is booking.replica and g is not booking)
-        relied_on = [g for g in earlier if _shared(booking, g) > g.found_blocks] + [booking]
-        moved = [turn for ghost in relied_on for turn in self._release(ghost, now)]
-        for rid in [rid for rid, g in self.hung_up.items() if g.turn.end <= now or not g.turn.seconds]:
-            del self.hung_up[rid]  # nothing of it left to give back
+        moved: list[Prefill] = []
+        if booking.turn.end > now:  # still prefilling or waiting: give its lane time back
+            self.hung_up[booking.rid] = booking
+            earlier = (g for g in self.hung_up.values() if g.replica is booking.replica and g is not booking)
+            relied_on = [g for g in earlier if _shared(booking, g) > g.found_blocks] + [booking]
+            moved = [turn for ghost in relied_on for turn in self._release(ghost, now)]
+            for rid in [rid for rid, g in self.hung_up.items() if g.turn.end <= now or not g.turn.seconds]:
+                del self.hung_up[rid]  # nothing of it left to give back
+        if booking.replica.seats is not None:  # its seat is free: those waiting for one move up
+            moved += self._reseat(booking.replica, now)
         return bool(moved)
+
+    def _reseat(self, replica: Replica, now: float) -> list[Prefill]:
+        """Admit again, first come first served, the requests still waiting for a seat on `replica`
+        (a hang-up freed one); their prefills and those behind move up. The turns moved."""
+        assert replica.seats is not None
+        mine = [b for b in self.live.values() if b.replica is replica]
+        waiting = {id(b.turn): b for b in mine if b.turn.ready_at > now}
+        for seat in replica.seats.seats:  # free now, unless a request admitted already holds it
+            held = [b.reply_end for b in mine if b.seat is seat and id(b.turn) not in waiting]
+            seat.free_at = max(held, default=min(seat.free_at, now))
+        replica.seats.last_admission = min(replica.seats.last_admission, now)
+        seated: dict[int, Seat] = {}
+
+        def admit(turn: Prefill) -> None:  # before the lane places its turn: its (earlier) seat
+            if (b := waiting.get(id(turn))) is not None and replica.seats is not None:
+                seat, at, _ = replica.seats.admit(b.arrival + self.timing.overhead_ms / 1000, b.keys)
+                b.seat, turn.ready_at, seated[id(turn)] = (
+                    seat,
+                    at,
+                    seat,
+                )  # the cache match it was booked with stays
+
+        def hold(turn: Prefill) -> None:  # after: it holds that seat until its reply's new end
+            if (b := waiting.get(id(turn))) is not None and replica.seats is not None:
+                replica.seats.hold(seated[id(turn)], turn.ready_at, b.reply_end, b.keys)
+
+        return replica.lane.reflow(now, admit, hold)
 
     def _release(self, ghost: Booking, now: float) -> list[Prefill]:
         """Cut a hung-up prompt's lane time to what it used by `now` and what live prompts booked

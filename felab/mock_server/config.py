@@ -92,6 +92,8 @@ class Settings:
             raise ValueError(f"cache mode must be one of {', '.join(CACHE_MODES)}, not {self.cache_mode!r}")
         if self.seats is not None and not 1 <= self.seats <= self.context_tokens:
             raise ValueError("seats must be 1 or more, and no more than the context's tokens")
+        if self.cache_mode == "seat-prefix" and self.seats is None:
+            raise ValueError("cache mode seat-prefix keeps a prompt per seat: give the number of seats")
         if self.route_prefill_weight < 0 or self.route_temperature < 0:
             raise ValueError("the router's prefill weight and temperature must be 0 or more")
         if not 0 <= self.route_cache_threshold <= 1:

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from felab.mock_server.cache import PrefixCache
+from felab.mock_server.seats import Seats
 from felab.mock_server.timing import PrefillLane, TimingModel
 
 ROUTES = ("random", "round-robin", "affinity", "prefix")
@@ -102,7 +103,7 @@ class ReplicaStats:
 
 @dataclass
 class Replica:
-    """One copy of the server: a cache, a prefill lane, and its counters."""
+    """One copy of the server: a cache, a prefill lane, its counters, and its seats (if limited)."""
 
     index: int
     cache: PrefixCache
@@ -111,6 +112,8 @@ class Replica:
     active_tokens: int = 0
     """Prompt and reply tokens of the requests it serves now (kept by PracticeModel.book and
     finish, for the prefix router's load term: Dynamo's active blocks)."""
+    seats: Seats | None = None
+    """How many requests it runs at once (seats.py); None: no limit."""
 
 
 def rendezvous(session: str, n: int) -> int:

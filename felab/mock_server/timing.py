@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -129,5 +130,26 @@ class PrefillLane:
                 later.start = start
                 moved.append(later)
             base = later.end
+        self.free_at = self.queue[-1].end if self.queue else min(self.free_at, now)
+        return moved
+
+    def reflow(
+        self, now: float, before: Callable[[Prefill], None], after: Callable[[Prefill], None]
+    ) -> list[Prefill]:
+        """Place again, in order, every prefill not started by `now`: `before(turn)` may move its
+        `ready_at` earlier (a seat freed up: seats.py), then it starts as soon as it is ready and
+        the prefill before it is done; `after(turn)` sees its new times. The turns that moved."""
+        moved, base = [], now
+        for turn in self.queue:
+            if turn.start <= now:  # started: its start is history
+                base = max(base, turn.end)
+                continue
+            before(turn)
+            start = max(turn.ready_at, base)
+            if start != turn.start:
+                turn.start = start
+                moved.append(turn)
+            base = turn.end
+            after(turn)
         self.free_at = self.queue[-1].end if self.queue else min(self.free_at, now)
         return moved
