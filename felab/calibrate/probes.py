@@ -102,15 +102,18 @@ def server_facts(target: Target) -> ServerFacts:
     if target.is_paid:
         return ServerFacts(target.name)
     root = target.base_url.removesuffix("/v1")
-    props = get_json(f"{root}/props")
-    if isinstance(props, dict) and "total_slots" in props:  # llama.cpp's llama-server
+    health = get_json(f"{root}/health")
+    practice = isinstance(health, dict) and health.get("server") == HEALTH_NAME
+    props = get_json(f"{root}/props")  # llama.cpp's (the practice server answers it too, with --seats)
+    if isinstance(props, dict) and "total_slots" in props:
         settings = props.get("default_generation_settings")
         n_ctx = _int(settings.get("n_ctx")) if isinstance(settings, dict) else None
         build = props.get("build_info")
         engine = f"llama.cpp ({build})" if isinstance(build, str) and build else "llama.cpp"
-        return ServerFacts(engine, _int(props.get("total_slots")), n_ctx)
-    health = get_json(f"{root}/health")
-    if isinstance(health, dict) and health.get("server") == HEALTH_NAME:
+        return ServerFacts(
+            "felab practice server" if practice else engine, _int(props.get("total_slots")), n_ctx
+        )
+    if practice:
         return ServerFacts("felab practice server")
     models = get_json(f"{target.base_url}/models")
     data = models.get("data") if isinstance(models, dict) else None

@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import click
 
 from felab.mock_server.config import DEFAULTS, Settings
 
@@ -98,3 +101,51 @@ def read_settings(path: Path) -> dict[str, Any]:
             f"calibrate again."
         ) from None
     return values
+
+
+PROFILE_HELP = (
+    "a profile from `felab calibrate` (TOML): its settings become these flags' defaults; "
+    "a flag given as well still wins"
+)
+
+
+def spelled(value: Any) -> str:
+    """A setting's value as a flag's text (a default_map value is read as if typed)."""
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def profile_option(skip: tuple[str, ...] = (), note: str = "") -> Callable[[Callable], Callable]:
+    """A decorator that gives a click command `--profile FILE`, read before its other flags.
+
+    The profile's settings become the command's defaults (click's `default_map`, keyed by the
+    settings' names, which are the flags' parameter names), so a flag typed next to it wins.
+    A setting the command has no flag for is kept in `ctx.meta[UNFLAGGED]` for it to apply;
+    `skip` names settings this command keeps its own (replay: the trace's block size)."""
+
+    def load(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+        if not value:
+            return
+        try:
+            values = read_settings(Path(value))
+        except ProfileError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+        values = {k: v for k, v in values.items() if k not in skip}
+        names = {p.name for p in ctx.command.params}
+        flagged = {k: spelled(v) for k, v in values.items() if k in names}
+        ctx.default_map = {**(ctx.default_map or {}), **flagged}
+        ctx.meta[UNFLAGGED] = {k: v for k, v in values.items() if k not in names}
+
+    return click.option(
+        "--profile",
+        type=click.Path(dir_okay=False),
+        is_eager=True,
+        expose_value=False,
+        callback=load,
+        help=PROFILE_HELP + note,
+    )
+
+
+UNFLAGGED = "felab.profile.unflagged"
+"""ctx.meta key: the profile's settings that have no flag on this command."""

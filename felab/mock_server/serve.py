@@ -16,6 +16,7 @@ import click
 from felab.mock_server.config import DEFAULT_PORT, DEFAULTS, HEALTH_NAME, Settings
 from felab.mock_server.faults import FAULT_TYPES, HideStreamCuts
 from felab.mock_server.fleet import ROUTES
+from felab.mock_server.profile import UNFLAGGED, profile_option
 
 D = DEFAULTS
 
@@ -148,6 +149,7 @@ def port_in_use(host: str, port: int) -> str:
     help="seconds a request's headers, then its body, may take to arrive (a late body gets 408)",
 )
 @click.option("--seed", default=D.seed, show_default=True, help="seed for random routing and failure draws")
+@profile_option()  # --profile FILE: a calibrated twin's settings as these flags' defaults
 def main(host: str, port: int, fail_types: str, cache_ttl: float | None, **flags: Any) -> None:
     """The practice server: an OpenAI-compatible server with a prefix cache, offline.
 
@@ -155,6 +157,7 @@ def main(host: str, port: int, fail_types: str, cache_ttl: float | None, **flags
     Examples:
       python -m felab.mock_server
       python -m felab.mock_server --port 9000 --prefill-tps 1050
+      python -m felab.mock_server --profile data/profiles/lesson-mac.toml
       python -m felab.mock_server --replicas 18 --route affinity --cache-ttl 60
       python -m felab.mock_server --fail-rate 0.1 --fail-types 429,cut --seed 7
       curl -X POST http://127.0.0.1:8765/admin/reset     # empty its cache
@@ -172,7 +175,8 @@ def main(host: str, port: int, fail_types: str, cache_ttl: float | None, **flags
         hint = f"use some of {', '.join(FAULT_TYPES)}, comma-separated"
         raise click.BadParameter(hint, param_hint="--fail-types")
     try:
-        settings = Settings(fail_types=kinds, cache_ttl_s=cache_ttl, **flags)
+        unflagged = click.get_current_context().meta.get(UNFLAGGED, {})  # a profile's settings with no flag
+        settings = Settings(**{**unflagged, "fail_types": kinds, "cache_ttl_s": cache_ttl, **flags})
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     print(
