@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import click
+from tabulate import tabulate
 
 from felab.calibrate import check as card
 from felab.calibrate import profile as prof
 from felab.calibrate.plan import make_plan, measure
-from felab.calibrate.probes import BIGGEST, DECODE_MAX_TOKENS, Prober, ServerFacts, server_facts
+from felab.calibrate.probes import BIGGEST, DECODE_MAX_TOKENS, Prober, ServerFacts, delivery_ms, server_facts
 from felab.connect import client, resolve, served_model
 from felab.errors import FelabError
 from felab.mock_server.launch import practice_server
@@ -79,14 +80,16 @@ def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) ->
     prober = Prober(target, client(target, timeout=120.0), plan.requests(), say, seed=SEED)
     m = measure(prober, plan, facts)
     seconds = prober.elapsed_s()
-    profile = prof.build(m, target, plan, seconds, prober.used)
+    say("  and the practice server's own delivery time here (a throw-away one, not the target)")
+    profile = prof.build(m, target, plan, seconds, prober.used, delivery_ms())
     path = prof.write(profile, out or prof.default_path(target))
     say(f"\nmeasured in {seconds:.0f} s with {prober.used} requests. The fitted profile:\n")
-    say(table(prof.rows(profile.settings)))
+    say(tabulate(prof.rows(profile.settings), headers="keys", disable_numparse=True))
     f, found = profile.fit, profile.measured
     say(
         f"\nfit: TTFT of {f['prefill_points']} prompts read alone, off by {f['ttft_residual_median_pct']}% "
-        f"(median) and {f['ttft_residual_max_pct']}% at most."
+        f"(median) and {f['ttft_residual_max_pct']}% at most. Overhead: {f['overhead_fitted_ms']} ms fitted, "
+        f"less the practice server's own {f['delivery_subtracted_ms']} ms here (the twin adds it back)."
     )
     say(f"prefix cache: reused {found['cache_reuse']} ({found['cache_evidence']}).")
     say(

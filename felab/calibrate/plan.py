@@ -7,8 +7,8 @@ context: the longest probe fits a seat with room to spare, or calibrate says the
 server is too small before it sends anything.
 
     cold prompts     7 lengths from ~100 tokens to the longest, twice each
-    openings         3 openings (a quarter, half and 4/5 of the longest), each cold and then twice
-                     with more text after it
+    openings         3 openings (a quarter, half and 4/5 of the longest), each cold, then twice with a
+                     short question after it, then with the question and more text
     together         4 cold prompts at once, twice
     decode           1 stream, then 2 and 4 at once
 """
@@ -54,7 +54,7 @@ class Plan:
         return (
             1
             + len(self.cold_lengths) * self.repeats
-            + len(self.opening_lengths) * (1 + self.warm)
+            + len(self.opening_lengths) * (2 + self.warm)
             + self.together_rounds * self.streams
             + sum(self.decode_streams)
         )
@@ -62,9 +62,7 @@ class Plan:
     def prompt_tokens(self) -> int:
         """About how many prompt tokens the plan sends (for the announcement; billed on a paid target)."""
         cold = sum(self.cold_lengths) * self.repeats
-        opened = sum(
-            o * (1 + self.warm) + self.suffix_tokens * (1 + self.warm * 2) for o in self.opening_lengths
-        )
+        opened = sum(o * (2 + self.warm) + self.suffix_tokens * 2 for o in self.opening_lengths)
         return 100 + cold + opened + self.together_tokens * self.streams * self.together_rounds + 60 * 7
 
 

@@ -245,19 +245,20 @@ class Opening:
 
 
 def openings(p: Prober, lengths: list[int], suffix_tokens: int, warm: int) -> list[Opening]:
-    """Each opening once cold, then `warm` times with more new text after it: call j sends the
-    text of call j-1 and a new piece, so what it shares with the call before it grows, and the
-    cached counts land on many different lengths (whole blocks show as multiples of one size)."""
+    """Each opening once cold (with a long new part), then `warm` times with a short question
+    after it (what is left is the overhead: the best measure of it), then once more with that
+    question and a long new part after it: what it shares with the call before grows, so the
+    cached counts land on different lengths (whole blocks show as multiples of one size)."""
     out = []
     for n, tokens in enumerate(lengths):
         # Lengths off any round number, so that no block size divides them all by chance.
         text = prompts.opening(p.tokens_to_chars(tokens + p.rng.randrange(5, 60)), p.rng)
         piece = p.tokens_to_chars(suffix_tokens)
         first = p.call(prompts.with_question(text, prompts.opening(piece, p.rng)))
-        rest, after = [], prompts.opening(piece + p.rng.randrange(20, 240), p.rng)
-        for _ in range(warm):
-            rest.append(p.call(prompts.with_question(text, after)))
-            after = f"{after} {prompts.opening(piece + p.rng.randrange(20, 240), p.rng)}"
+        asked = [f"{prompts.tag(p.rng)} {p.rng.choice(prompts.QUESTIONS)}" for _ in range(warm)]
+        rest = [p.call(prompts.with_question(text, q)) for q in asked]
+        longer = f"{asked[-1]} {prompts.opening(piece + p.rng.randrange(20, 240), p.rng)}"
+        rest.append(p.call(prompts.with_question(text, longer)))
         out.append(Opening(first, rest))
         cached = ", ".join("?" if s.cached_tokens is None else f"{s.cached_tokens:,}" for s in rest)
         times = ", ".join(f"{s.ttft_ms:.0f}" for s in rest)
@@ -290,3 +291,22 @@ def decode(p: Prober, streams: tuple[int, ...]) -> dict[int, list[Sample]]:
         shown = ", ".join(f"{t:.2f}" for t in tpot) or "n/a"
         p.say(f"    {k} stream{'s' if k > 1 else ''} at once: time per output token {shown} ms")
     return out
+
+
+def delivery_ms(calls: int = 8) -> float:
+    """The practice server's own delivery time on this machine: the TTFT a client measures from a
+    practice server told to take no time at all (HTTP, the client, the machine's scheduling).
+
+    A twin adds it to every TTFT it serves, and the real server's measured TTFTs hold it
+    already, so calibrate takes it out of the fitted overhead. Asked of a throw-away practice
+    server on this machine, never of the target."""
+    from felab.connect import client
+    from felab.mock_server.launch import practice_server
+
+    with practice_server("--overhead-ms", "0", "--prefill-tps", "1000000000") as url:
+        local = Target("mock", url, "felab-practice", "not-needed", False)
+        api, rng = client(local, timeout=30.0), random.Random(0)
+        times = [
+            stream_once(api, local.model, prompts.fresh(200, rng), max_tokens=1).ttft_ms for _ in range(calls)
+        ]
+    return sorted(times)[len(times) // 2]

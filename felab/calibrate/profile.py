@@ -40,12 +40,20 @@ MEANINGS: dict[str, tuple[str, str]] = {
     "decode_tps": ("tokens/s", "reply tokens per second of one stream alone"),
     "decode_slowdown": ("", "each further stream decoding at once slows every stream by this share"),
     "cache_mode": ("", "prefix reuse: blocks (whole hashed blocks) or seat-prefix (longest common prefix)"),
-    "block_tokens": ("tokens", "cache block size (whole blocks only are reused)"),
+    "block_tokens": (
+        "tokens",
+        "cache block size: only whole blocks are reused (the twin's prefix granularity)",
+    ),
     "cache_blocks": ("blocks", "prefix-cache capacity (0: the server reused nothing)"),
     "seats": ("", "requests served at once (llama.cpp -np); the context is split evenly between them"),
     "context_tokens": ("tokens", "the whole context (llama.cpp -c), shared by the seats"),
 }
 """Each setting a profile may hold: its unit and what it means (for the file and the table)."""
+
+
+PREFIX_BLOCK_TOKENS = 16
+"""Block size a twin of a longest-common-prefix cache gets: the practice server finds a shared
+prefix in whole blocks, so a small block keeps its miss under 16 tokens."""
 
 
 @dataclass
@@ -72,8 +80,12 @@ def prefill_points(m: Measurements) -> list[fit.Point]:
     return [fit.Point(s.uncached, s.cached_tokens or 0, s.ttft_ms) for s in [*alone, *warm]]
 
 
-def build(m: Measurements, target: Target, plan: Plan, seconds: float, requests: int) -> Profile:
-    """The profile of what was measured: the fit, the settings it gives, the evidence."""
+def build(
+    m: Measurements, target: Target, plan: Plan, seconds: float, requests: int, delivery_ms: float = 0.0
+) -> Profile:
+    """The profile of what was measured: the fit, the settings it gives, the evidence.
+    `delivery_ms`: what the practice server itself adds on this machine (probes.delivery_ms),
+    taken out of the overhead, since the twin adds it back."""
     prefill = fit.fit_prefill(prefill_points(m))
     cold = [s for group in m.cold for s in group]
     tokens = fit.fit_chars_per_token([(s.chars, s.prompt_tokens) for s in [m.first, *cold]])
@@ -87,7 +99,7 @@ def build(m: Measurements, target: Target, plan: Plan, seconds: float, requests:
     intervals = {k: fit.median(v) for k, v in gaps.items() if v}
 
     settings: dict[str, Any] = {
-        "overhead_ms": fit.sig(prefill.overhead_ms),
+        "overhead_ms": fit.sig(max(0.0, prefill.overhead_ms - delivery_ms)),
         "prefill_tps": fit.sig(prefill.prefill_tps),
         "prefill_attention_ns": fit.sig(prefill.attention_ns),
         "chars_per_token": fit.sig(tokens),
@@ -95,13 +107,15 @@ def build(m: Measurements, target: Target, plan: Plan, seconds: float, requests:
     if 1 in intervals:  # replies of 2 tokens or more came back: decode can be timed
         decode_tps, slowdown = fit.fit_slowdown(intervals)
         settings |= {"decode_tps": fit.sig(decode_tps), "decode_slowdown": fit.sig(slowdown)}
-    if cache.kind != "unknown":
-        settings["cache_mode"] = cache.kind
-    if cache.block_tokens:
+    facts = m.facts
+    if cache.kind == "seat-prefix" and facts.seats:
+        settings["cache_mode"] = "seat-prefix"
+    if cache.kind == "blocks" and cache.block_tokens:
         settings["block_tokens"] = cache.block_tokens
+    elif cache.kind == "seat-prefix":  # the practice server compares prompts block by block: small ones
+        settings["block_tokens"] = PREFIX_BLOCK_TOKENS
     if cache.reuse == "no":
         settings["cache_blocks"] = 0
-    facts = m.facts
     if facts.seats:
         settings["seats"] = facts.seats
     if facts.seat_context:
@@ -129,6 +143,8 @@ def build(m: Measurements, target: Target, plan: Plan, seconds: float, requests:
             "ttft_residual_median_pct": fit.sig(fit.median(residuals), 2),
             "ttft_residual_max_pct": fit.sig(max(residuals), 2),
             "formula": "TTFT = overhead + u/prefill_tps + attention·u·(c + u/2)",
+            "overhead_fitted_ms": fit.sig(prefill.overhead_ms),
+            "delivery_subtracted_ms": fit.sig(delivery_ms),
         },
         {
             "cache_reuse": cache.reuse,
@@ -209,6 +225,9 @@ def rows(settings: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for k, v in settings.items():
         unit, meaning = MEANINGS.get(k, ("", ""))
-        value = f"{v:,.4g}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v)
+        if isinstance(v, float):
+            value = f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+        else:
+            value = f"{v:,}" if isinstance(v, int) else str(v)
         out.append({"setting": k, "value": value, "unit": unit, "meaning": meaning})
     return out
