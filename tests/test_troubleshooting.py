@@ -6,7 +6,7 @@ import ast
 
 from felab.paths import KIT_ROOT
 
-RAISED_BY = {"FelabError", "ClickException", "BadParameter"}
+RAISED_BY = {"FelabError", "ClickException", "BadParameter", "ProfileError"}
 PAGE = KIT_ROOT / "docs" / "troubleshooting.md"
 
 
@@ -29,7 +29,8 @@ def fixed_text(node: ast.expr) -> str:
 def raised_messages() -> list[tuple[str, str]]:
     found = []
     felab = KIT_ROOT / "felab"
-    for path in sorted([*felab.glob("*.py"), *(felab / "replay").glob("*.py")]):
+    scanned = [*felab.glob("*.py"), *(felab / "replay").glob("*.py"), *(felab / "calibrate").glob("*.py")]
+    for path in sorted([*scanned, felab / "mock_server" / "profile.py"]):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and node.args:
                 name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
