@@ -110,6 +110,8 @@ def build(
     facts = m.facts
     if cache.kind == "seat-prefix" and facts.seats:
         settings["cache_mode"] = "seat-prefix"
+    elif cache.kind != "unknown":  # blocks; or a longest common prefix with no seats: 16-token blocks
+        settings["cache_mode"] = "blocks"
     if cache.kind == "blocks" and cache.block_tokens:
         settings["block_tokens"] = cache.block_tokens
     elif cache.kind == "seat-prefix":  # the practice server compares prompts block by block: small ones
