@@ -135,13 +135,17 @@ def test_a_cancelled_prefill_stops_its_blocks_clock_where_it_stopped() -> None:
     assert model.book(prompt(list(range(100, 140))), 1, arrival=1.6, now=1.6).cached_tokens == 0
 
 
+@pytest.mark.parametrize("seats", [None, 4])
 @pytest.mark.parametrize("order", ["booked", "reversed"])
-def test_a_chain_of_hung_up_prompts_gives_back_all_the_time_no_live_prompt_needs(order: str) -> None:
+def test_a_chain_of_hung_up_prompts_gives_back_all_the_time_no_live_prompt_needs(
+    order: str, seats: int | None
+) -> None:
     # 60 prompts, each the last one plus 4 blocks (issue 22): each found the blocks of the one
     # before it, booked but not yet computed. All hang up at 0.1 s, before their prefill ends.
-    model = PracticeModel(Settings())
+    # With 4 seats, 56 of them were waiting for a seat too: the seats come back with the lane.
+    model = PracticeModel(Settings(seats=seats))
     chain = [model.book(prompt(list(range(4 * (k + 1)))), 50, arrival=0.0, now=0.0) for k in range(60)]
-    assert chain[-1].turn.end == pytest.approx(0.015 + 60 * 4 * 64 / 2500)  # 6.16 s of lane booked
+    assert chain[-1].turn.end >= 0.015 + 60 * 4 * 64 / 2500  # 6.16 s of lane booked (more with seats)
     for b in chain if order == "booked" else reversed(chain):
         model.cancel(b, now=0.1)
     # Only the 85 ms the first one really prefilled (0.015 to 0.1 s) was spent: a tiny prompt now
@@ -230,3 +234,22 @@ def test_each_further_stream_decoding_on_the_replica_slows_a_new_stream() -> Non
     assert first.interval_s == pytest.approx(0.0025) and second.interval_s == pytest.approx(0.00375)
     later = model.book(prompt([3]), 10, arrival=2.0, now=2.0)  # the first is over by then
     assert later.interval_s == pytest.approx(0.0025)
+
+
+def test_the_wait_for_a_seat_counts_as_queue_time() -> None:
+    # One seat: the second request is admitted when the first reply ends (15 + 25.6 + 997.5 ms)
+    # and its prefill starts then: all of it after its overhead is queue (replay's queue column).
+    model = PracticeModel(Settings(seats=1))
+    model.book(prompt([1]), 400, arrival=0.0, now=0.0)
+    second = model.book(prompt([2]), 1, arrival=0.0, now=0.0)
+    assert second.queue_s == pytest.approx(1.0381 - 0.015)
+
+
+def test_a_seat_keeps_only_what_a_hung_up_prompt_had_read() -> None:
+    # seat-prefix: a 40-block prompt hangs up at 0.5 s, ~half read ((0.5 - 0.015) x 2,500 =
+    # 1,212 tokens: 18 whole blocks). The same prompt again reuses those 18 blocks from its seat.
+    model = PracticeModel(Settings(seats=1, cache_mode="seat-prefix"))
+    first = model.book(prompt(list(range(40))), 1, arrival=0.0, now=0.0)
+    model.cancel(first, now=0.5)
+    again = model.book(prompt(list(range(40))), 1, arrival=1.0, now=1.0)
+    assert again.cached_tokens == 18 * 64

@@ -169,11 +169,12 @@ def test_calibrating_a_practice_server_gives_its_settings_back(tmp_path: Path) -
     # Exact: how the server counts tokens and what its cache keeps.
     assert got["chars_per_token"] == pytest.approx(4.0, rel=0.01)
     assert (got["cache_mode"], got["block_tokens"]) == ("blocks", 32)
-    # Timed, on a shared machine: the rate within 15%, the overhead within 15 ms (it also holds
-    # HTTP and the client's own work, a few ms), attention near 0 (under 3 ns: under 6% of a
+    # Timed, on a shared machine: the rate within 15%, the overhead within 8 ms (the fit holds
+    # HTTP and the machine's scheduling; the practice server's own delivery time, a median of its
+    # own noisy calls, is taken back out), attention near 0 (under 3 ns: under 6% of a
     # 6,400-token prompt), decode within 30% (one 48-token reply's gaps are noisy).
     assert got["prefill_tps"] == pytest.approx(10_000, rel=0.15)
-    assert 10 <= got["overhead_ms"] <= 25
+    assert abs(got["overhead_ms"] - 10) <= 8
     assert got["prefill_attention_ns"] < 3.0
     assert got["decode_tps"] == pytest.approx(200, rel=0.3)
     whole = tomllib.loads(out_file.read_text())

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from felab.mock_server.cache import BLOCK_TOKENS, PrefixCache, block_keys, tokenize
 from felab.mock_server.config import DEFAULTS
-from felab.mock_server.fleet import Fleet, rendezvous
+from felab.mock_server.fleet import Fleet, Weights, rendezvous
 from felab.mock_server.launch import practice_server
 from felab.mock_server.serve import main as server_main
 
@@ -89,6 +89,20 @@ def test_prefix_route_draws_ties_with_the_seed_instead_of_taking_replica_0() -> 
     assert [pick(again, tokens, None, 0.0).index for tokens in cold] == picked  # same seed, same draws
     other = fleet("prefix", n=8, seed=1)
     assert [pick(other, tokens, None, 0.0).index for tokens in cold] != picked
+
+
+def test_a_temperature_samples_the_replicas_by_cost_with_the_seed() -> None:
+    # Dynamo's softmax over costs normalised by the highest: replica 0 serves 4,000 tokens, the
+    # others nothing. Costs in blocks: 70.3 and 7.8 (a 500-token prompt); normalised 1 and 0.11.
+    # At temperature 0.5 each idle replica weighs e^(0.89/0.5) = 5.9 times replica 0.
+    def draws(seed: int) -> list[int]:
+        f = Fleet(4, "prefix", (4096, BLOCK_TOKENS, None), DEFAULTS.timing, seed, Weights(temperature=0.5))
+        f.replicas[0].active_tokens = 4000
+        return [pick(f, tokenize("x" * 2000), None, 0.0).index for _ in range(600)]
+
+    got = Counter(draws(0))
+    assert 600 / (1 + 3 * 5.9) * 0.5 < got[0] < 600 / (1 + 3 * 5.9) * 1.6  # about 32 of 600
+    assert all(got[i] > 120 for i in (1, 2, 3)) and draws(0) == draws(0) != draws(1)
 
 
 def test_a_cold_prompt_goes_to_the_replica_caching_least() -> None:
@@ -182,4 +196,4 @@ def test_the_cache_expires_after_an_idle_spell() -> None:
 )
 def test_bad_fleet_flags_are_refused_before_starting(flags: list[str]) -> None:
     result = CliRunner().invoke(server_main, flags)
-    assert result.exit_code == 2 and "Invalid value" in result.output
+    assert result.exit_code == 2 and f"Error: {flags[0]} must be" in result.output

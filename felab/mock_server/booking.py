@@ -2,10 +2,12 @@
 
     book(prompt, reply_tokens, arrival, now)  ->  Booking
       1. route    the fleet picks a replica                              (fleet.py)
-      2. look up  the replica's cache: how much of the prompt it holds   (cache.py)
-      3. queue    the replica's prefill lane gives the prompt its turn   (timing.py)
-      4. insert   the prompt's blocks are cached, in use until its prefill ends
-      5. count    the replica's counters (/metrics); the usage the client gets
+      2. seat     with --seats, it waits for one, first come first served (seats.py)
+      3. look up  the replica's cache: how much of the prompt it holds   (cache.py;
+                  with --cache-mode seat-prefix, what its seat last read)
+      4. queue    the replica's prefill lane gives the prompt its turn   (timing.py)
+      5. insert   the prompt's blocks are cached, in use until its prefill ends
+      6. count    the replica's counters (/metrics); the usage the client gets
 
 The Booking it returns is the prediction: when the first token comes, and every
 token after it. The HTTP layer (app.py) only parses a request, books it here and
@@ -58,6 +60,8 @@ class Booking:
     """The prompt's block keys; the first `found_blocks` were in the cache when it was booked."""
     seat: Seat | None = None
     """The seat it holds from admission (`turn.ready_at`) to its reply's end; None: no limit."""
+    ready: float = 0.0
+    """When its prefill could have started on an idle server: arrival plus the overhead."""
 
     @property
     def found_blocks(self) -> int:
@@ -75,8 +79,8 @@ class Booking:
 
     @property
     def queue_s(self) -> float:
-        """Time spent waiting for the prefill lane (behind other prompts), after the overhead."""
-        return self.turn.start - self.turn.ready_at
+        """Time spent waiting, after the overhead: for a seat (if limited), then for the prefill lane."""
+        return self.turn.start - self.ready
 
     def tokens_due(self, now: float) -> int:
         """How many reply tokens were due by `now` (what a client that left then had received)."""
@@ -142,25 +146,26 @@ class PracticeModel:
     def book(self, prompt: Prompt, reply_tokens: int, arrival: float, now: float) -> Booking:
         """Route, seat, look up, queue, insert and count one request that arrived at `arrival`."""
         ready = arrival + self.timing.overhead_ms / 1000  # its prefill may start then, not before
+        if self.hung_up:  # bounded by what is in flight, also when nobody hangs up again
+            self.forget_hung_up(now)
         replica = self.fleet.pick(prompt.tokens, prompt.keys, prompt.session, now, ready)
-        seat, reused = None, 0
+        seat, admission, reused = None, ready, 0
         if replica.seats is not None:  # it waits for a seat first (seats.py)
-            seat, ready, reused = replica.seats.admit(ready, prompt.keys)
+            seat, admission, reused = replica.seats.admit(ready, prompt.keys)
         if self.settings.cache_mode == "blocks":
             uncached = replica.cache.uncached_tokens(prompt.tokens, prompt.keys, now)
         else:  # seat-prefix: what its seat's last prompt shares with it
             uncached = prompt.tokens - reused * replica.cache.block_tokens
         cached = prompt.tokens - uncached
-        turn = replica.lane.book(ready, self.timing.prefill_s(uncached, cached), now)
+        turn = replica.lane.book(admission, self.timing.prefill_s(uncached, cached), now)
         if self.settings.cache_mode == "blocks":
             replica.cache.insert(prompt.keys, used_at=turn.end)
         interval = self.timing.token_interval_s(self.streams(replica, turn.end))
         rid = f"{next(self.ids)}"
-        b = Booking(
-            rid, replica, prompt.tokens, cached, reply_tokens, arrival, turn, interval, prompt.keys, seat
-        )
+        b = Booking(rid, replica, prompt.tokens, cached, reply_tokens, arrival, turn, interval, prompt.keys)
+        b.seat, b.ready = seat, ready
         if replica.seats is not None and seat is not None:
-            replica.seats.hold(seat, ready, b.reply_end, prompt.keys)
+            replica.seats.hold(seat, admission, b.reply_end, prompt.keys)
         self.live[b.rid] = b
         replica.active_tokens += prompt.tokens + reply_tokens
         replica.stats.admit(prompt.tokens, cached)
@@ -205,11 +210,15 @@ class PracticeModel:
             earlier = (g for g in self.hung_up.values() if g.replica is booking.replica and g is not booking)
             relied_on = [g for g in earlier if _shared(booking, g) > g.found_blocks] + [booking]
             moved = [turn for ghost in relied_on for turn in self._release(ghost, now)]
-            for rid in [rid for rid, g in self.hung_up.items() if g.turn.end <= now or not g.turn.seconds]:
-                del self.hung_up[rid]  # nothing of it left to give back
+            self.forget_hung_up(now)
         if booking.replica.seats is not None:  # its seat is free: those waiting for one move up
             moved += self._reseat(booking.replica, now)
         return bool(moved)
+
+    def forget_hung_up(self, now: float) -> None:
+        """Drop the hung-up prompts with nothing left to give back: their kept prefill is over."""
+        for rid in [rid for rid, g in self.hung_up.items() if g.turn.end <= now or not g.turn.seconds]:
+            del self.hung_up[rid]
 
     def _reseat(self, replica: Replica, now: float) -> list[Prefill]:
         """Admit again, first come first served, the requests still waiting for a seat on `replica`
@@ -225,7 +234,7 @@ class PracticeModel:
 
         def admit(turn: Prefill) -> None:  # before the lane places its turn: its (earlier) seat
             if (b := waiting.get(id(turn))) is not None and replica.seats is not None:
-                seat, at, _ = replica.seats.admit(b.arrival + self.timing.overhead_ms / 1000, b.keys)
+                seat, at, _ = replica.seats.admit(b.ready, b.keys)
                 b.seat, turn.ready_at, seated[id(turn)] = (
                     seat,
                     at,
@@ -250,6 +259,8 @@ class PracticeModel:
         moved = replica.lane.cancel(turn, now, keep_s=self.timing.prefill_s(needed * block, before))
         kept = ghost.found_blocks + self.timing.prefilled_tokens(turn.seconds, before) // block
         replica.cache.forget(ghost.keys[kept:])
+        if ghost.seat is not None and ghost.seat.keys is ghost.keys:  # seat-prefix: what it read
+            ghost.seat.keys = ghost.keys[:kept]
         # Its kept blocks were last used when its (shortened) prefill stops, not at the old end:
         # the time to live counts from then (unless a later prompt has used them since).
         replica.cache.restamp(ghost.keys[:kept], booked_end, max(now, turn.end))

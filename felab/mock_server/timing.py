@@ -1,17 +1,24 @@
 """The practice server's timing model: how long a real server would take.
 
-    time to first token = overhead + wait for the prefill lane + uncached tokens / prefill rate
-    each further token  = 1 / decode rate after the one before
+    time to first token = overhead + wait (for a seat, then the prefill lane) + prefill
+    prefill             = uncached / prefill rate
+                          + attention_ns·1e-9 · uncached · (context before + uncached / 2)
+    each further token  = 1 / decode rate · (1 + decode_slowdown · (streams - 1)) after the one before
 
 Defaults (the lesson's, in config.py): 15 ms overhead, prefill at 2,500 tokens/s,
-decode at 400 tokens/s. A cold 3,045-token prompt: 15 + 3045/2500·1000 ≈ 1,233 ms.
-The same prompt with all but its last ~50 tokens cached: 15 + 50/2.5 ≈ 35 ms.
+decode at 400 tokens/s, no attention term, no slowdown, no seat limit. A cold
+3,045-token prompt: 15 + 3045/2500·1000 ≈ 1,233 ms. The same prompt with all but its
+last ~50 tokens cached: 15 + 50/2.5 ≈ 35 ms. The attention term makes prefill grow
+faster than linearly with the prompt, and a prompt read after a long cached context
+cost more per token; `streams` is the number of requests decoding on the replica when
+a request's first token comes (itself included), fixed when it is booked.
 
 How concurrent requests share the server. Like one GPU, each replica has one
 prefill lane: prompts are prefilled one after another, in arrival order, each
 at the full rate (a FIFO queue). Decoding is batched, as in vLLM or llama.cpp
-with several slots: every stream decodes at the full rate at once, so the
-queue for prefill is what makes a busy server's TTFT grow.
+with several slots: every stream decodes at once (at the full rate unless a
+profile sets a slowdown), so the queue for prefill, and for a seat where seats
+are limited (seats.py), is what makes a busy server's TTFT grow.
 
 The lane is a queue of bookings with known times, not a lock: a request's
 first-token time is known when it arrives, so the server sleeps until exact

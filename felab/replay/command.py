@@ -14,7 +14,7 @@ import importlib.util
 import json
 import lzma
 from collections.abc import Iterator
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -22,11 +22,12 @@ import click
 
 from felab.errors import FelabError
 from felab.mock_server.config import DEFAULTS, Settings
+from felab.mock_server.flags import SettingType
 from felab.mock_server.profile import UNFLAGGED, profile_option
 from felab.paths import from_here, learner_folder, results_dir
 from felab.prices import PRICES, Price, price_for
 from felab.replay import agent, report, trace
-from felab.replay.sweep import KNOBS, UNLIMITED, Knob, configurations, default_text
+from felab.replay.sweep import KNOBS, Knob, configurations, default_text, recorded
 from felab.replay.tally import summary
 from felab.results import record
 from felab.targets import TARGETS, Target
@@ -34,22 +35,23 @@ from felab.targets import TARGETS, Target
 PRICED = ("fireworks", "accounts/fireworks/models/gpt-oss-120b")
 """Whose prices the cost columns use unless --price-in/--price-cached say otherwise."""
 
-KNOB_HELP = {
-    "replicas": "copies behind one address, each with its own cache and prefill lane",
-    "route": "how a request picks a replica: random, round-robin, affinity (by session_id), prefix",
-    "cache_blocks": "prefix-cache capacity per replica, in blocks; `unlimited` for no limit",
-    "cache_ttl_s": "seconds of trace time a cached block may stay unused; `never`",
-    "prefill_tps": "prefill rate, prompt tokens per second, one prompt at a time per replica",
-    "overhead_ms": "fixed cost of every request, ms",
-    "decode_tps": "decode rate per stream, tokens per second",
-}
+FROM_TRACE = "block_tokens"
+"""The one setting whose replay default is not the server's: the block size the trace's hash ids
+were made with, worked out from its first lines (trace.block_tokens)."""
 
 
 def knob_options(f: Any) -> Any:
-    """One option per sweepable flag, its default read from DEFAULTS."""
+    """One option per setting that shapes the model, written from its declaration (config.py)."""
     for knob in reversed(KNOBS):
-        help_ = f"{KNOB_HELP[knob.field]}; comma-separated values sweep it"
-        f = click.option(knob.flag, knob.field, default=default_text(knob), show_default=True, help=help_)(f)
+        trace_default = knob.field == FROM_TRACE
+        default = None if trace_default else default_text(knob)
+        shown: bool | str = "worked out from the trace; 512 for Mooncake's" if trace_default else True
+        help_ = f"{knob.help}; comma-separated values sweep it"
+        metavar = SettingType(knob.declared).name + ",..."
+        option = click.option(
+            knob.flag, knob.field, default=default, show_default=shown, metavar=metavar, help=help_
+        )
+        f = option(f)
     return f
 
 
@@ -61,20 +63,13 @@ def the_price(price_in: float | None, price_cached: float | None) -> tuple[Price
     return price, f"gpt-oss-120b on Fireworks, {price.source}"
 
 
-def setting_fields(s: Settings) -> dict[str, Any]:
-    """The settings that shape a replay, as its row records them."""
-    blocks = "unlimited" if s.cache_blocks == UNLIMITED else s.cache_blocks
-    keep = ("replicas", "route", "cache_ttl_s", "prefill_tps", "overhead_ms", "decode_tps", "seed")
-    return {"cache_blocks": blocks, **{k: v for k, v in asdict(s).items() if k in keep}}
-
-
 def run_virtual(path: Path, limit: int | None, s: Settings, speed: float, price: Price) -> dict[str, Any]:
     from felab.replay import virtual
 
     tally, loads, wall = virtual.replay(path, trace.read_trace(path, limit), s, speed)
     head = {"mode": "virtual time", "target": "virtual", "model": s.model}
     capacity = s.replicas * s.prefill_tps
-    return {**head, **setting_fields(s), **summary(tally, loads, price, wall, capacity)}
+    return {**head, **recorded(s), **summary(tally, loads, price, wall, capacity)}
 
 
 @contextlib.contextmanager
@@ -102,7 +97,7 @@ def run_live(
         tally, wall = realtime.replay(path, trace.read_trace(path, limit), sender, speed, live["workers"])
     if tally.failed and not tally.requests:
         raise FelabError(f"Every request of the replay failed; the first: {tally.first_error}")
-    settings = setting_fields(s) if own else dict.fromkeys(setting_fields(s))
+    settings = recorded(s) if own else dict.fromkeys(recorded(s))
     head = {"mode": "real time", "target": target.name, "model": target.model, "base_url": target.base_url}
     capacity = s.replicas * s.prefill_tps if own else None  # known only for a server started here
     return {**head, **settings, **summary(tally, None, price, wall, capacity)}
@@ -158,12 +153,6 @@ def picture(rows: list[dict[str, Any]], swept: list[Knob]) -> str:
 @click.option("--limit", type=click.IntRange(min=1), help="replay only the first N requests")
 @knob_options
 @click.option(
-    "--block-tokens",
-    type=click.IntRange(min=1),
-    help="tokens per block [default: worked out from the trace; 512 for Mooncake's]",
-)
-@click.option("--seed", default=DEFAULTS.seed, show_default=True, help="seed for random routing")
-@click.option(
     "--speed",
     default=1.0,
     show_default=True,
@@ -186,7 +175,7 @@ def picture(rows: list[dict[str, Any]], swept: list[Knob]) -> str:
 @click.option("--price-in", type=float, metavar="USD", help="list price of input tokens, USD per 1M")
 @click.option("--price-cached", type=float, metavar="USD", help="price of cached input tokens, USD per 1M")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per configuration, for a program")
-@profile_option(skip=("block_tokens",), note=" (the block size stays the trace's)")
+@profile_option(skip=(FROM_TRACE,), note=" (the block size stays the trace's)")
 @click.pass_context
 def replay_command(ctx: click.Context, trace_path: Path | None, limit: int | None, **flags: Any) -> None:
     """Replay a production trace through the practice server's model, or send it to a server.
@@ -210,9 +199,9 @@ def replay_command(ctx: click.Context, trace_path: Path | None, limit: int | Non
     """
     path = trace.MOONCAKE if trace_path is None else learner_folder() / trace_path  # as typed there
     guard_paid(flags["target"], limit)
-    block = flags["block_tokens"] or trace.block_tokens(path, limit)
-    unflagged = ctx.meta.get(UNFLAGGED, {})  # a --profile's settings replay has no flag for
-    base = replace(DEFAULTS, **{**unflagged, "block_tokens": block, "seed": flags["seed"]})
+    if flags[FROM_TRACE] is None:
+        flags[FROM_TRACE] = str(trace.block_tokens(path, limit))
+    base = replace(DEFAULTS, **ctx.meta.get(UNFLAGGED, {}))  # a --profile's settings replay has no flag for
     configs, swept = configurations({k.field: flags[k.field] for k in KNOBS}, base)
     check_live(ctx, flags["target"], flags["base_url"], configs)
     price, whose = the_price(flags["price_in"], flags["price_cached"])
@@ -225,7 +214,13 @@ def replay_command(ctx: click.Context, trace_path: Path | None, limit: int | Non
             row = run_live(path, limit, s, flags["speed"], price, live)
         else:
             row = run_virtual(path, limit, s, flags["speed"], price)
-        row = {"trace": path.name, "block_tokens": block, "speed": flags["speed"], **row, "prices": whose}
+        row = {
+            "trace": path.name,
+            "block_tokens": s.block_tokens,
+            "speed": flags["speed"],
+            **row,
+            "prices": whose,
+        }
         record("replay", row)
         rows.append(row)
         if flags["as_json"]:
@@ -241,7 +236,7 @@ def replay_command(ctx: click.Context, trace_path: Path | None, limit: int | Non
 
 def describe(s: Settings, swept: list[Knob]) -> str:
     """A configuration in a few words, for the progress line."""
-    fields = setting_fields(s)
+    fields = recorded(s)
     return ", ".join(f"{k.column} {report.knob_cell(k, fields)}" for k in report.config_knobs(swept))
 
 
