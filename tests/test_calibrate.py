@@ -53,6 +53,19 @@ def test_a_term_the_data_does_not_have_is_zero_not_negative() -> None:
     assert got.attention_ns == 0.0 and got.prefill_tps == pytest.approx(5000, rel=0.02)
 
 
+def test_a_cost_per_prompt_token_cached_or_not_is_told_apart_from_prefill() -> None:
+    # llama.cpp-like: calls after a cached opening pay 20 µs per token of it, beyond attention.
+    def ttft(u: int, c: int) -> float:
+        return fit.predict_ms(5.0, 50_000.0, 60.0, u, c) + 0.020 * (u + c)
+
+    shapes = [(100, 0), (900, 0), (3000, 0), (6000, 0), (20, 1600), (20, 3200), (20, 5100), (400, 3200)]
+    got = fit.fit_prefill([Point(u, c, ttft(u, c)) for u, c in shapes])
+    assert got.per_prompt_token_us == pytest.approx(20.0, rel=1e-3)
+    assert got.attention_ns == pytest.approx(60.0, rel=1e-3)
+    # The twin has no such term: it charges it to uncached tokens, so cold prompts keep it.
+    assert got.prefill_tps == pytest.approx(1000 / (1000 / 50_000 + 0.020), rel=1e-3)
+
+
 def test_cache_kind_whole_blocks_or_longest_common_prefix() -> None:
     blocks = [(2100, 1600, 50.0), (2500, 2048, 40.0), (3700, 3200, 50.0), (4000, 3584, 45.0)]
     found = fit.cache_finding(blocks, 800.0)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-from pathlib import Path
+import random
+from pathlib import Path, PurePath
 from typing import Any
 
 import click
@@ -32,8 +33,12 @@ from felab.results import record
 from felab.tables import table
 from felab.targets import NO_KEY, TARGETS, Target
 
-SEED = 18
-"""The probes' text is drawn with this seed: the same prompts every run, on every server."""
+
+def fresh_seed() -> int:
+    """A new seed for the probes' text every run: a server keeps earlier runs' prompts (llama.cpp's
+    --cache-ram, vLLM's prefix cache), and a prompt it has seen is no cold probe. Within one
+    --check, the real server and its twin get the same seed, so the same prompts."""
+    return random.SystemRandom().randrange(2**32)
 
 
 def say(line: str) -> None:
@@ -77,7 +82,7 @@ def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) ->
     facts = server_facts(target)
     plan = make_plan(facts, max_requests)
     announce(target, facts, plan.requests(), plan.prompt_tokens(), yes)
-    prober = Prober(target, client(target, timeout=120.0), plan.requests(), say, seed=SEED)
+    prober = Prober(target, client(target, timeout=120.0), plan.requests(), say, seed=fresh_seed())
     m = measure(prober, plan, facts)
     seconds = prober.elapsed_s()
     say("  and the practice server's own delivery time here (a throw-away one, not the target)")
@@ -87,11 +92,17 @@ def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) ->
     say(tabulate(prof.rows(profile.settings), headers="keys", disable_numparse=True))
     f, found = profile.fit, profile.measured
     say(
-        f"\nfit: TTFT of {f['prefill_points']} prompts read alone, off by {f['ttft_residual_median_pct']}% "
+        f"\nfit: TTFT of {f['prefill_points']} prompts read cold, off by {f['ttft_residual_median_pct']}% "
         f"(median) and {f['ttft_residual_max_pct']}% at most. Overhead: {f['overhead_fitted_ms']} ms fitted, "
         f"less the practice server's own {f['delivery_subtracted_ms']} ms here (the twin adds it back)."
     )
     say(f"prefix cache: reused {found['cache_reuse']} ({found['cache_evidence']}).")
+    if found["per_prompt_token_us"] >= 1:
+        say(
+            f"every prompt token costs this server {found['per_prompt_token_us']} µs even when cached "
+            f"(what a call after a long cached opening takes beyond the attention term): the practice "
+            f"server has no such term, so such calls come out faster on the twin than on this server."
+        )
     say(
         f"{plan.streams} cold prompts at once: prefilled {found['prefill_together']} "
         f"(TTFTs {', '.join(map(str, found['together_ttft_ms']))} ms; the practice server prefills one "
@@ -127,13 +138,15 @@ def check(
         )
     announce(target, facts, need, None, yes)
     say(f"the real server ({target.name}):")
-    real = card.workload(Prober(target, client(target), need, say, seed=SEED), biggest)
+    seed = fresh_seed()
+    real = card.workload(Prober(target, client(target), need, say, seed=seed), biggest)
     say(f"its twin (a practice server with --profile {path.name}):")
     with practice_server("--profile", str(path)) as url:
         twin_target = Target("mock", url, "", NO_KEY, False)
         twin_target = Target("mock", url, served_model(twin_target), NO_KEY, False)
-        twin = card.workload(Prober(twin_target, client(twin_target), need, say, seed=SEED), biggest)
+        twin = card.workload(Prober(twin_target, client(twin_target), need, say, seed=seed), biggest)
     rows = card.compare(real, twin)
+    moved = card.drift(real, settings)
     say("")
     say(table([r.cells() for r in rows], floatfmt=".1f"))
     met = sum(r.within for r in rows[:-1])
@@ -141,6 +154,12 @@ def check(
         f"\n{met} of {len(rows) - 1} kinds of work have the twin's median TTFT within "
         f"{card.TOLERANCE:.0%} (or {card.FLOOR_MS:g} ms) of the real server's."
     )
+    if moved is not None and abs(moved - 1) > 0.25:
+        say(
+            f"note: {target.name}'s cold prompts took {moved:.2f}x what the profile predicts for them: "
+            f"the server's speed changed since it was calibrated (a busy machine? other settings?), and "
+            f"the twin cannot follow. Calibrate again, then check right after, on a quiet machine."
+        )
     record(
         "calibrate-check",
         {
@@ -161,7 +180,7 @@ def check(
         [s for k in cold for s in real[k]],
         [s for k in cold for s in twin.get(k, [])],
         settings,
-        f"{target.name} ({target.model}) and its twin: cold prompts",
+        f"{target.name} ({PurePath(target.model).name}) and its twin: cold prompts",
         out,
     )
     say(f"picture: {drawn}")

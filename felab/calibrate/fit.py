@@ -23,6 +23,7 @@ others fitted again without it, so every setting stays one the server accepts.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,9 +46,13 @@ class Point:
 class PrefillFit:
     overhead_ms: float
     prefill_tps: float
+    """The twin's rate: per uncached token, and per prompt token (cached or not) charged to uncached ones."""
     attention_ns: float
+    per_prompt_token_us: float
+    """Time per prompt token cached or not (templating, tokenizing, the lookup): the practice server
+    has no such term, so the twin charges it to uncached tokens only (in `prefill_tps`)."""
     residuals_pct: tuple[float, ...]
-    """Each point's (predicted − measured) / measured, in %."""
+    """Each point's (the twin's prediction − measured) / measured, in %."""
 
     def predict_ms(self, uncached: int, context: int = 0) -> float:
         return predict_ms(self.overhead_ms, self.prefill_tps, self.attention_ns, uncached, context)
@@ -108,23 +113,29 @@ def nonnegative(rows: Sequence[Sequence[float]], y: Sequence[float], w: Sequence
     return [0.0] * len(rows[0])
 
 
-def fit_prefill(points: Sequence[Point], attention: bool = True) -> PrefillFit:
-    """Overhead, prefill rate and attention term from TTFTs of prompts read alone."""
+def fit_prefill(points: Sequence[Point]) -> PrefillFit:
+    """Overhead, prefill rate, attention term (and the per-prompt-token cost) from TTFTs of
+    prompts read alone: cold ones, and ones after a cached opening (which tell a cost per
+    uncached token from one per prompt token, cached or not)."""
     if len({p.uncached for p in points}) < 3:
         raise ValueError("need prompts of at least 3 different lengths")
-    rows = [[1.0, float(p.uncached), p.uncached * (p.context + p.uncached / 2)] for p in points]
-    if not attention:
-        rows = [r[:2] for r in rows]
+    rows = [
+        [1.0, float(p.uncached), p.uncached * (p.context + p.uncached / 2), float(p.uncached + p.context)]
+        for p in points
+    ]
     y = [p.ttft_ms for p in points]
     w = [1.0 / (v + RELATIVE_FROM_MS) ** 2 for v in y]  # relative errors, short prompts' noise damped
-    x = nonnegative(rows, y, w)
-    overhead, per_token = x[0], x[1]
-    attention_ms = x[2] if attention else 0.0
+    try:
+        x = nonnegative(rows, y, w)
+    except ValueError:  # only cold prompts: a prompt token is an uncached token, the two are one term
+        x = [*nonnegative([r[:3] for r in rows], y, w), 0.0]
+    overhead, per_uncached, attention_ms, per_prompt = x
+    per_token = per_uncached + per_prompt
     if per_token <= 0:  # all of the time is in the attention term: keep a rate the server accepts
         per_token = 1e-6
-    fit = PrefillFit(overhead, 1000 / per_token, attention_ms * 1e6, ())
+    fit = PrefillFit(overhead, 1000 / per_token, attention_ms * 1e6, per_prompt * 1000, ())
     residuals = tuple(100 * (fit.predict_ms(p.uncached, p.context) - p.ttft_ms) / p.ttft_ms for p in points)
-    return PrefillFit(fit.overhead_ms, fit.prefill_tps, fit.attention_ns, residuals)
+    return dataclasses.replace(fit, residuals_pct=residuals)
 
 
 def fit_slowdown(intervals: dict[int, float]) -> tuple[float, float]:
@@ -200,6 +211,8 @@ def cache_finding(warm: Sequence[tuple[int, int | None, float]], cold_ms: float)
 def sharing(rounds: Sequence[Sequence[float]], alone_ms: float, overhead_ms: float) -> tuple[str, float]:
     """Were n cold prompts sent at once prefilled one after another (first tokens staggered: the
     k-th after k prefills) or together (all after n)? The closer pattern, and its mean error (%)."""
+    if not rounds:
+        return "unknown (the server had these prompts cached)", 0.0
     err: dict[str, list[float]] = {"one after another": [], "together": []}
     p = max(alone_ms - overhead_ms, 1e-3)
     for ttfts in rounds:

@@ -293,7 +293,7 @@ def decode(p: Prober, streams: tuple[int, ...]) -> dict[int, list[Sample]]:
     return out
 
 
-def delivery_ms(calls: int = 8) -> float:
+def delivery_ms(calls: int = 12) -> float:
     """The practice server's own delivery time on this machine: the TTFT a client measures from a
     practice server told to take no time at all (HTTP, the client, the machine's scheduling).
 

@@ -71,13 +71,17 @@ def machine() -> str:
 
 
 def prefill_points(m: Measurements) -> list[fit.Point]:
-    """Every request read alone: the first call, the cold prompts (of each length's repeats, the
-    fastest: what a busy machine added is noise the twin's own machine adds back), each opening
-    cold and then again with new text after it."""
-    fastest = [min(group, key=lambda s: s.ttft_ms) for group in m.cold if group]
-    alone = [m.first, *fastest, *(o.cold for o in m.openings)]
+    """Every request read alone: the first call, the cold prompts (each length's repeats as one
+    point, their median TTFT: the check compares medians), each opening cold and then again with
+    new text after it."""
+    middle = [
+        fit.Point(g[0].uncached, g[0].cached_tokens or 0, fit.median([s.ttft_ms for s in g]))
+        for g in m.cold
+        if g
+    ]
+    alone = [m.first, *(o.cold for o in m.openings)]
     warm = [s for o in m.openings for s in o.warm if s.cached_tokens is not None]
-    return [fit.Point(s.uncached, s.cached_tokens or 0, s.ttft_ms) for s in [*alone, *warm]]
+    return [*middle, *(fit.Point(s.uncached, s.cached_tokens or 0, s.ttft_ms) for s in [*alone, *warm])]
 
 
 def build(
@@ -86,13 +90,19 @@ def build(
     """The profile of what was measured: the fit, the settings it gives, the evidence.
     `delivery_ms`: what the practice server itself adds on this machine (probes.delivery_ms),
     taken out of the overhead, since the twin adds it back."""
-    prefill = fit.fit_prefill(prefill_points(m))
+    points = prefill_points(m)
+    # The settings come from the prompts read cold: the twin's formula cannot hold what the calls
+    # after a cached opening add on some engines (a cost per prompt token, cached or not), and
+    # fitting them too would bend the cold curve. All of them give that cost, as a diagnosis.
+    prefill = fit.fit_prefill([p for p in points if p.context <= 0.1 * (p.uncached + p.context)])
+    per_prompt_us = fit.fit_prefill(points).per_prompt_token_us
     cold = [s for group in m.cold for s in group]
     tokens = fit.fit_chars_per_token([(s.chars, s.prompt_tokens) for s in [m.first, *cold]])
     warm = [(s.prompt_tokens, s.cached_tokens, s.ttft_ms) for o in m.openings for s in o.warm]
     cold_open = fit.median([o.cold.ttft_ms for o in m.openings]) if m.openings else 1.0
     cache = fit.cache_finding(warm, cold_open)
-    rounds = [[s.ttft_ms for s in r] for r in m.together]
+    cold_rounds = [r for r in m.together if all((s.cached_tokens or 0) < 0.1 * s.prompt_tokens for s in r)]
+    rounds = [[s.ttft_ms for s in r] for r in cold_rounds]
     together_tokens = m.together[0][0].prompt_tokens if m.together else plan.together_tokens
     shared, shared_err = fit.sharing(rounds, prefill.predict_ms(together_tokens), prefill.overhead_ms)
     gaps = {k: [t for s in got if (t := s.tpot_ms) is not None] for k, got in m.decode.items()}
@@ -134,7 +144,7 @@ def build(
         "machine": machine(),
         "method": (
             f"felab calibrate: {requests} streamed requests in {seconds:.0f} s; TTFT least squares "
-            f"(weighted by 1/(TTFT + 10 ms)) over {len(prefill.residuals_pct)} prompts read alone"
+            f"(weighted by 1/(TTFT + 10 ms)) over {len(prefill.residuals_pct)} prompts read cold, alone"
         ),
     }
     return Profile(
@@ -149,6 +159,7 @@ def build(
             "delivery_subtracted_ms": fit.sig(delivery_ms),
         },
         {
+            "per_prompt_token_us": fit.sig(per_prompt_us, 2),
             "cache_reuse": cache.reuse,
             "cache_evidence": cache.evidence,
             "prefill_together": shared,
