@@ -17,7 +17,13 @@ export FELAB_CALLER_DIR ?= $(PWD)
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# The learner's settings, started from .env.example when the kit is installed: 03-labs/.env is a
+# link to this file, and a link to nothing would make `cp .env.example .env` there refuse to write.
+.env:
+	@cp .env.example $@
+
 $(STAMP): pyproject.toml
+	@test -e .env || cp .env.example .env
 	@$(PYTHON) -c 'import sys; (3, 10) <= sys.version_info[:2] <= (3, 13) or sys.exit("error: felab needs Python 3.10 to 3.13; $(PYTHON) is " + sys.version.split()[0] + ". Name another one, for example: make PYTHON=python3.12 setup")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -e .
@@ -28,13 +34,13 @@ $(VENV)/.installed-%: $(STAMP)
 	@$(PY) -m pip install --quiet -e '.[$*]'
 	@touch $@
 
-setup: $(STAMP) ## create .venv and install the kit (the other targets do this for you)
+setup: $(STAMP) | .env ## create .venv and install the kit, and .env from .env.example (the other targets do this for you)
 
 demo: $(STAMP) ## lesson 06 on the practice server: opening first and time first, one table
 	@$(PY) -m felab demo
 
-mock: $(STAMP) ## run the practice server in the foreground on port 8765 (Ctrl+C stops it); PROFILE=f: a calibrated twin
-	@$(PY) -m felab.mock_server $(if $(PROFILE),--profile "$(if $(filter /%,$(PROFILE)),$(PROFILE),$(FELAB_CALLER_DIR)/$(PROFILE))")
+mock: $(STAMP) ## the practice server in the foreground on port 8765, or make mock PORT=9000; PROFILE=f: a calibrated twin (Ctrl+C stops it)
+	@$(PY) -m felab.mock_server $(if $(PORT),--port "$(PORT)") $(if $(PROFILE),--profile "$(if $(filter /%,$(PROFILE)),$(PROFILE),$(FELAB_CALLER_DIR)/$(PROFILE))")
 
 check: $(STAMP) ## which servers are up, each target's URL and model, whether FIREWORKS_API_KEY is set
 	@$(PY) -m felab check
@@ -87,5 +93,5 @@ lint: $(call EXTRA,dev) ## ruff (lint and format) over the kit, and mypy over fe
 	$(PY) -m ruff format --check felab lessons tests
 	$(PY) -m mypy
 
-test: lint ## lint, then the test suite (offline, about two minutes)
+test: lint ## lint, then the tests, offline (not the engines or load ones: make test-engines, make test-load)
 	$(PY) -m pytest -n 4

@@ -3,9 +3,17 @@
     felab check        which servers are up, and whether the Fireworks key is set
     felab demo         lesson 06 on a fresh practice server, both orders, one table
     felab smoke        every lesson script against a fresh practice server, quick mode
+    felab numbers      your numbers: the latest cold run per lesson, target and order
     felab fw-check     anything on Fireworks that is still billing (exit 0 none, 1 some, 2 unknown)
+    felab bundle       the lesson pages as an offline site (`bundle build`, `bundle serve`)
+    felab new-lesson   a new lesson folder that already runs
+    felab replay       a production trace through the practice server's model (felab/replay/)
+    felab agent-trace  a trace of lesson 06's agent, for `felab replay`
+    felab tiny-model   the offline tiny model for the real engines (felab/engines/)
 
-`make help` lists the Make targets that call these.
+`make help` lists the Make targets that call these (tests/test_docs_match_code.py keeps this
+list whole). A FelabError ends any of them with its one paragraph and exit status 2; Ctrl+C
+says what the run recorded.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import openai
 
 from felab.connect import url_source, with_scheme
 from felab.course.lessons import LESSONS_DIR, discover
-from felab.errors import EXIT_ERROR, FelabError, debug_exit, fail
+from felab.errors import EXIT_ERROR, FelabError, debug_exit, fail, what_was_recorded
 from felab.mock_server.launch import practice_server
 from felab.paths import KIT_ROOT, from_here, load_env
 from felab.results import read_records, results_path
@@ -30,6 +38,10 @@ from felab.tables import table
 from felab.targets import TARGETS, configured_model, default_url, key_status, start_command
 
 PREFIX_BENCH = LESSONS_DIR / "06-prefix-caching" / "prefix_bench.py"
+
+
+RECORDS_HERE = {"replay"}
+"""Commands that record rows in this process (results.RECORDED knows them): Ctrl+C says which."""
 
 
 class FelabGroup(click.Group):
@@ -47,7 +59,10 @@ class FelabGroup(click.Group):
             if ctx.invoked_subcommand == "fw-check":  # exit 1 would mean "billing": it means unknown
                 fail("interrupted: could not check what is billing on Fireworks. This is not an all-clear.")
                 ctx.exit(EXIT_ERROR)
-            click.echo("\ninterrupted.", err=True)
+            if ctx.invoked_subcommand in RECORDS_HERE:  # says what it recorded, as a lesson's Ctrl+C does
+                click.echo(f"\ninterrupted: {what_was_recorded()}", err=True)
+            else:  # demo and smoke record in the lesson scripts they run, which say so themselves
+                click.echo("\ninterrupted.", err=True)
             ctx.exit(130)
 
 
@@ -205,9 +220,14 @@ def fw_check() -> None:
       FIREWORKS_ACCOUNT_ID=my-account python -m felab fw-check
     """
     require_extra("fireworks", "fw-check")
-    from felab.fireworks.billing import check  # imports the fireworks SDK: only when this command runs
+    from felab.fireworks.billing import CouldNotCheck, check  # the fireworks SDK: only when this runs
 
-    text, status = check()
+    try:
+        text, status = check()
+    except CouldNotCheck as exc:
+        if exc.shown:  # what bills among what could be read, then the error
+            click.echo(exc.shown)
+        raise
     click.echo(text)
     sys.exit(status)
 
@@ -239,9 +259,10 @@ def bundle_build() -> None:
 @click.option("--port", default=8770, show_default=True, help="port on 127.0.0.1 (numbers are per address)")
 def bundle_serve(port: int) -> None:
     """Serve build/bundle/ on 127.0.0.1 until Ctrl+C."""
-    from felab.course import bundle as b
+    from felab.course.bundle import SITE
+    from felab.course.serve import served
 
-    with b.served(KIT_ROOT / b.SITE, port) as url:
+    with served(KIT_ROOT / SITE, port) as url:
         click.echo(f"the course pages: {url}  (Ctrl+C stops)")
         try:
             while True:
@@ -273,6 +294,8 @@ def numbers(fmt: str | None) -> None:
             f"nothing recorded yet under {nb.results_dir()}: run a lesson first "
             f"(`{from_here('make demo')}` does)."
         )
+        for line in nb.not_lesson_lines(found):  # a trace there is no run (felab agent-trace)
+            click.echo(f"  {line}")
         return
     click.echo(nb.as_text(found))
     for key, rows in found.items():
@@ -288,7 +311,8 @@ def numbers(fmt: str | None) -> None:
 @click.argument("number")
 @click.argument("name")
 def new_lesson(number: str, name: str) -> None:
-    """Create lessons/NUMBER-NAME/ with a README in the house sections and a runnable script.
+    """Create lessons/NUMBER-NAME/: a README in the house sections, a runnable script, its
+    course page (page.md) and its numbers (numbers.toml).
 
     \b
     Example:
@@ -299,7 +323,10 @@ def new_lesson(number: str, name: str) -> None:
     folder = create_lesson(number, name)
     files = ", ".join(sorted(p.name for p in folder.iterdir()))
     click.echo(f"created {folder.relative_to(KIT_ROOT)}/ ({files})")
-    click.echo("make smoke now runs it against the practice server.")
+    click.echo(
+        f"`{from_here('make smoke')}` now runs it against the practice server, and "
+        f"`{from_here('make bundle')}` builds its page."
+    )
 
 
 # Commands that live beside what they make.

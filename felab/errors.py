@@ -82,8 +82,9 @@ def what_was_recorded() -> str:
     files = recorded()
     if not files:
         return (
-            "this run recorded nothing (a lesson records its results when its measurement is "
-            "complete), so nothing of it is in results/. Run it again for its numbers."
+            "this run recorded nothing (a result is recorded when its measurement is complete: a "
+            "lesson's run, a replay's configuration), so nothing of it is in results/. Run it again for "
+            "its numbers."
         )
     rows = f"{len(RECORDED)} row" + ("s" if len(RECORDED) > 1 else "")
     return f"this run recorded {rows} before it stopped, kept in {', '.join(files)}."

@@ -211,6 +211,9 @@ def test_seat_prefix_reuses_what_the_seat_last_read_and_picks_the_seat_that_shar
     again = model.book(prompt([*range(40), 999]), 1, arrival=5.0, now=5.0)
     assert again.seat is a.seat and again.cached_tokens == 40 * 64
     assert again.ttft_s == pytest.approx(0.015 + 64 / 2500)
+    # The very same prompt again: llama.cpp still reads its last token (it reports n - 1 cached).
+    same = model.book(prompt([*range(40), 999]), 1, arrival=5.5, now=5.5)
+    assert same.cached_tokens == 41 * 64 - 1 and same.ttft_s == pytest.approx(0.015 + 1 / 2500)
     other = model.book(prompt(list(range(200, 210))), 1, arrival=6.0, now=6.0)
     assert other.seat is b.seat and other.cached_tokens == 0  # the seat free longest (a's was used at 5 s)
     # The seat now holds `other`'s prompt: B's opening is gone from it, as in llama.cpp.

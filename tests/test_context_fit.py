@@ -193,3 +193,11 @@ def test_day_2s_trap_on_the_practice_server_and_following_the_advice(isolated: P
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_the_practice_server_says_its_seats_when_it_starts() -> None:
+    from felab.mock_server.config import Settings
+    from felab.mock_server.serve import describe
+
+    assert "4 seats of 2,048 tokens (blocks cache)" in describe(Settings(seats=4, context_tokens=8192))
+    assert "seats" not in describe(Settings())

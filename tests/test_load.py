@@ -17,7 +17,7 @@ import openai
 import pytest
 from test_hang_ups import Together, booked_tokens, hang_up, tiny_wait
 
-from felab.course import bundle
+from felab.course import serve
 from felab.mock_server import metrics
 from felab.mock_server.launch import practice_server
 
@@ -159,12 +159,20 @@ def test_the_defaults_close_a_silent_connection() -> None:
 # ── Slow and idle clients: bundle-serve ──────────────────────────────────────
 
 
-def test_bundle_serve_closes_silent_and_trickling_connections(tmp_path: Path, monkeypatch) -> None:
+def test_bundle_serve_closes_silent_and_trickling_connections(tmp_path: Path) -> None:
     site = tmp_path / "site"
     site.mkdir()
     (site / "index.html").write_text("<p>the course</p>")
-    monkeypatch.setattr(bundle._Site, "timeout", 1.0)  # SERVE_TIMEOUT_S is 10 s in use
-    with bundle.served(site) as url:
+    with serve.served(site, timeout_s=1.0) as url:  # serve.TIMEOUT_S is 10 s in use
         assert closed_within(connect(url), 4.0) < 4.0
         head = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 200
         assert closed_within(connect(url), 4.0, trickle=head) < 4.0
+
+
+def test_bundle_serve_closes_a_silent_connection_after_10_s(tmp_path: Path) -> None:
+    # As `make bundle-serve` runs: serve.TIMEOUT_S, 10 s. Allowed: 9 to 14 s.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text("<p>the course</p>")
+    with serve.served(site) as url:
+        assert 9.0 < closed_within(connect(url), 14.0) < 14.0

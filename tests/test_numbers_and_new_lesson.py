@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import KIT, run_felab
 
 from felab import record
@@ -113,7 +114,7 @@ def felab_in(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_new_lesson_runs_in_smoke_with_no_other_change(tmp_path: Path) -> None:
+def test_a_new_lesson_runs_in_smoke_with_no_other_change(tmp_path: Path, mock_url: str) -> None:
     root = kit_copy(tmp_path)
     made = felab_in(root, "new-lesson", "07", "batching-basics")
     assert made.returncode == 0, made.stderr
@@ -129,9 +130,60 @@ def test_a_new_lesson_runs_in_smoke_with_no_other_change(tmp_path: Path) -> None
     ):
         assert section in readme
     assert (folder / "batching_basics.py").exists()
+    assert {"page.md", "numbers.toml"} <= {p.name for p in folder.iterdir()}
     smoke = felab_in(root, "smoke")
     assert smoke.returncode == 0, smoke.stdout + smoke.stderr
     assert "07-batching-basics" in smoke.stdout and "batching_basics.py" in smoke.stdout
+    # its numbers, declared in its folder, are filled from a run (smoke records into a folder of its own)
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    run = [sys.executable, "batching_basics.py", "--target", "mock", "--base-url", mock_url, "--quick"]
+    ran = subprocess.run(run, cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    said = felab_in(root, "numbers").stdout
+    line = next(x for x in said.splitlines() if "1. Practice server: TTFT p50 / p95 (ms)" in x)
+    assert "not recorded yet" not in line and "on mock" in line, said
+
+
+def test_a_new_lessons_page_builds_with_its_numbers(tmp_path: Path, isolated: Path) -> None:
+    from felab.course import bundle, numbers
+    from felab.course.new_lesson import create_lesson
+
+    root = tmp_path / "kit"
+    for part in ("course", "docs", "lessons"):
+        shutil.copytree(KIT / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(KIT / "mkdocs.yml", root)
+    create_lesson("07", "batching", root / "lessons")
+    record("07-batching", {"target": "mock", "model": "m", "ttft_p50_ms": 41.0, "ttft_p95_ms": 52.5})
+    assert [f.key for f in numbers.declared(root / "lessons")["07-batching"]] == ["mock-ttft"]
+    page = (bundle.build(root) / "lessons" / "07-batching.html").read_text(encoding="utf-8")
+    assert 'id="n-07-batching-mock-ttft"' in page and 'value="41 / 52"' in page
+    assert "Day 5" in page  # the day of lesson 06, the lesson before it
+
+
+@pytest.mark.parametrize(
+    ("toml", "said"),
+    [
+        ('[[field]]\nkey = "k"\nlabel = "l"\n', "field 1 does not follow docs/bundle.md: it has no hint"),
+        ('[[field]]\nkey = "k"\nlabel = "l"\nhint = "h"\ncolour = "red"\n', "has unknown colour"),
+        (
+            '[[field]]\nkey = "k"\nlabel = "l"\nhint = "h"\n[field.source]\nrecords = "r"\n',
+            "has no values, where",
+        ),
+        ("[[field]\n", "is not valid TOML"),
+        ("", "declares no numbers"),
+    ],
+)
+def test_a_malformed_numbers_toml_names_the_file_and_what_is_wrong(
+    tmp_path: Path, toml: str, said: str
+) -> None:
+    from felab.course import numbers
+    from felab.errors import FelabError
+
+    (tmp_path / "07-x").mkdir()
+    (tmp_path / "07-x" / "numbers.toml").write_text(toml)
+    with pytest.raises(FelabError, match="numbers.toml") as error:
+        numbers.declared(tmp_path)
+    assert said in str(error.value)
 
 
 def test_new_lesson_refuses_bad_or_taken_names(tmp_path: Path) -> None:

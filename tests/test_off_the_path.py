@@ -22,20 +22,26 @@ from conftest import KIT, LESSON06, PREFIX_BENCH, run_felab, run_script
 
 from felab import record
 from felab.course import numbers
-from felab.course.bundle import measured_note
+from felab.course.forms import measured_note
 from felab.mock_server.launch import free_port, practice_server, wait_until_serving
 from felab.mock_server.serve import port_is_free
+from felab.paths import from_here
 
 LABS = KIT / "03-labs"
 
 
 def make(folder: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """`make ARGS` typed in `folder`, as in a learner's shell (PWD set, not inside another make)."""
+    """`make ARGS` typed in `folder`, as in a learner's shell (PWD set, not inside another make).
+
+    With this test's Python (`PY=`) and a stamp that says it is installed (`STAMP=`): a target
+    that runs runs the kit's code as it is, and never builds a .venv in the checkout.
+    """
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     env["PWD"] = str(folder)
-    return subprocess.run(
-        ["make", *args], cwd=folder, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    stamp = Path(env.get("FELAB_RESULTS_DIR", "/tmp")).parent / "installed.stamp"
+    stamp.touch()  # newer than pyproject.toml: make sees the kit installed
+    made = ["make", *args, f"PY={sys.executable}", f"STAMP={stamp}"]
+    return subprocess.run(made, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def backticked(text: str) -> list[str]:
@@ -80,7 +86,7 @@ def test_numbers_offer_the_latest_cold_run_and_say_a_later_one_was_warm(isolated
         row("2026-11-30T04:00:00+00:00", 740.0, 36.0, warm=False),
         row("2026-11-30T04:10:00+00:00", 15.0, 11.0, warm=True),
     )
-    field = numbers.NUMBERS["06-prefix-caching"][0]
+    field = numbers.declared()["06-prefix-caching"][0]
     got = numbers.measured(field.source)
     assert got is not None and got["value"] == "740 / 36" and got["warm"] is False
     assert "latest cold run" in got["note"] and "2026-11-30 04:10 UTC started warm" in got["note"]
@@ -95,7 +101,7 @@ def test_numbers_offer_the_latest_cold_run_and_say_a_later_one_was_warm(isolated
 
 def test_numbers_say_when_the_only_run_was_warm(isolated: Path) -> None:
     write_rows(isolated, row("2026-11-30T04:10:00+00:00", 15.0, 11.0, warm=True))
-    got = numbers.measured(numbers.NUMBERS["06-prefix-caching"][0].source)
+    got = numbers.measured(numbers.declared()["06-prefix-caching"][0].source)
     assert got is not None and got["warm"] is True and "started warm" in got["note"]
     text = " ".join(run_felab("numbers").stdout.split())
     assert "15 / 11" in text and "is no cold figure" in text
@@ -103,7 +109,7 @@ def test_numbers_say_when_the_only_run_was_warm(isolated: Path) -> None:
 
 def test_rows_without_warm_start_count_as_cold(isolated: Path) -> None:
     write_rows(isolated, row("2026-11-30T04:00:00+00:00", 900.0, 80.0, warm=None))
-    got = numbers.measured(numbers.NUMBERS["06-prefix-caching"][0].source)
+    got = numbers.measured(numbers.declared()["06-prefix-caching"][0].source)
     assert got is not None and got["value"] == "900 / 80" and got["note"] == ""
 
 
@@ -280,13 +286,21 @@ def test_each_course_page_target_runs_from_the_lab_book_folder(target: str) -> N
     assert "No rule to make target" not in out.stderr
 
 
-def test_make_check_in_the_lab_book_folder_prints_commands_for_that_folder() -> None:
+def test_make_check_in_the_lab_book_folder_prints_commands_for_that_folder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The practice server's address is one nothing listens on: a learner's `make mock` may hold 8765.
+    port = free_port()
+    monkeypatch.setenv("FELAB_MOCK_URL", f"http://127.0.0.1:{port}/v1")
     out = make(LABS, "check")
     assert out.returncode == 0, out.stderr
     line = next(x for x in out.stdout.splitlines() if x.startswith("llamacpp"))
     assert "bash ../lessons/02-three-local-servers/serve_llamacpp.sh" in line  # works from 03-labs/
-    mock_line = next(x for x in out.stdout.splitlines() if x.startswith("mock"))
-    assert "start: make mock" in mock_line  # make targets work there as typed
+    mock_line = " ".join(next(x for x in out.stdout.splitlines() if x.startswith("mock")).split())
+    assert f"down (start: ../.venv/bin/python -m felab.mock_server --port {port})" in mock_line
+    # and a make target is written as typed there (03-labs/Makefile forwards it), not `make -C ..`
+    monkeypatch.setenv("FELAB_CALLER_DIR", str(LABS))
+    assert from_here("make mock") == "make mock"
 
 
 # ── 2. A Python without the kit gets the exact command, not ModuleNotFoundError ──

@@ -44,7 +44,7 @@ from felab.redact import redact
 from felab.tables import table
 from felab.targets import FIREWORKS_ROOT, exposes_key, fireworks_root, fix_key_advice, required_key
 
-EXIT_CLEAR, EXIT_BILLING, EXIT_UNKNOWN = 0, 1, 2
+EXIT_CLEAR, EXIT_BILLING = 0, 1  # could not check: a CouldNotCheck, errors.EXIT_ERROR (2)
 PAGE_SIZE = 200  # the API's maximum
 MAX_PAGES = 500  # 100,000 items: a list longer than that is a server that never ends
 RETRIES = 1  # one retry on a 5xx or a dropped connection, then "could not check"
@@ -66,10 +66,13 @@ JOB_FINISHED = {
 
 
 class CouldNotCheck(FelabError):
-    """The sweep could not read everything: never to be shown as an empty list."""
+    """The sweep could not read everything: never to be shown as an empty list.
 
-    def __init__(self, why: str) -> None:
-        self.why = why
+    `shown`: what it did read (deployments and jobs that bill), for the command to print first.
+    """
+
+    def __init__(self, why: str, shown: str = "") -> None:
+        self.why, self.shown = why, shown
         super().__init__(
             f"could not check what is billing on Fireworks: {why} This is not an all-clear: "
             f"what could not be read may be billing."
@@ -312,7 +315,8 @@ def _short(name: str) -> str:
 
 
 def report(found: Sweep) -> tuple[str, int]:
-    """The text to print and the exit status. Raises CouldNotCheck if a list was not read."""
+    """The text to print and the exit status. Raises CouldNotCheck if a list was not read (with
+    what was read, to print before the error)."""
     billing = [d for d in found.deployments if d.billing]
     idle = [d for d in found.deployments if not d.billing and d.state not in GONE]
     out = [f"Fireworks account {found.account} ({found.root})"]
@@ -341,8 +345,9 @@ def report(found: Sweep) -> tuple[str, int]:
         out += [f"  {j.kind.stop.format(name=j.name, root=found.root)}" for j in found.active_jobs]
 
     if found.unread:
-        print(redact("\n".join(out)))
-        raise CouldNotCheck("some job lists could not be read: " + "; ".join(found.unread))
+        raise CouldNotCheck(
+            "some job lists could not be read: " + "; ".join(found.unread), shown=redact("\n".join(out))
+        )
     out.append("")
     if billing or found.active_jobs:
         out.append(

@@ -154,8 +154,8 @@ class PracticeModel:
             seat, admission, reused = replica.seats.admit(ready, prompt.keys)
         if self.settings.cache_mode == "blocks":
             uncached = replica.cache.uncached_tokens(prompt.tokens, prompt.keys, now)
-        else:  # seat-prefix: what its seat's last prompt shares with it
-            uncached = prompt.tokens - reused * replica.cache.block_tokens
+        else:  # seat-prefix: what its seat's last prompt shares with it; llama.cpp reads one token
+            uncached = max(prompt.tokens - reused * replica.cache.block_tokens, min(prompt.tokens, 1))
         cached = prompt.tokens - uncached
         turn = replica.lane.book(admission, self.timing.prefill_s(uncached, cached), now)
         if self.settings.cache_mode == "blocks":
@@ -204,16 +204,16 @@ class PracticeModel:
         True if prompts queued behind it moved up (their waiters should look again).
         """
         self.finish(booking, now)
-        moved: list[Prefill] = []
+        replica, gave_back = booking.replica, False
         if booking.turn.end > now:  # still prefilling or waiting: give its lane time back
             self.hung_up[booking.rid] = booking
-            earlier = (g for g in self.hung_up.values() if g.replica is booking.replica and g is not booking)
+            earlier = (g for g in self.hung_up.values() if g.replica is replica and g is not booking)
             relied_on = [g for g in earlier if _shared(booking, g) > g.found_blocks] + [booking]
-            moved = [turn for ghost in relied_on for turn in self._release(ghost, now)]
+            gave_back = any([self._release(ghost, now) for ghost in relied_on])  # each, no short cut
             self.forget_hung_up(now)
-        if booking.replica.seats is not None:  # its seat is free: those waiting for one move up
-            moved += self._reseat(booking.replica, now)
-        return bool(moved)
+        if replica.seats is not None:  # its seat is free: those waiting for one move up
+            return bool(self._reseat(replica, now))
+        return bool(gave_back and replica.lane.reflow(now))
 
     def forget_hung_up(self, now: float) -> None:
         """Drop the hung-up prompts with nothing left to give back: their kept prefill is over."""
@@ -226,20 +226,20 @@ class PracticeModel:
         assert replica.seats is not None
         mine = [b for b in self.live.values() if b.replica is replica]
         waiting = {id(b.turn): b for b in mine if b.turn.ready_at > now}
+        held: dict[int, float] = {}  # seat -> when the last admitted request on it is done
+        for b in mine:
+            if b.seat is not None and id(b.turn) not in waiting:
+                held[id(b.seat)] = max(held.get(id(b.seat), now), b.reply_end)
         for seat in replica.seats.seats:  # free now, unless a request admitted already holds it
-            held = [b.reply_end for b in mine if b.seat is seat and id(b.turn) not in waiting]
-            seat.free_at = max(held, default=min(seat.free_at, now))
+            seat.free_at = held.get(id(seat), min(seat.free_at, now))
         replica.seats.last_admission = min(replica.seats.last_admission, now)
         seated: dict[int, Seat] = {}
 
         def admit(turn: Prefill) -> None:  # before the lane places its turn: its (earlier) seat
             if (b := waiting.get(id(turn))) is not None and replica.seats is not None:
                 seat, at, _ = replica.seats.admit(b.ready, b.keys)
-                b.seat, turn.ready_at, seated[id(turn)] = (
-                    seat,
-                    at,
-                    seat,
-                )  # the cache match it was booked with stays
+                b.seat = seated[id(turn)] = seat  # the cache match it was booked with stays
+                turn.ready_at = at
 
         def hold(turn: Prefill) -> None:  # after: it holds that seat until its reply's new end
             if (b := waiting.get(id(turn))) is not None and replica.seats is not None:
@@ -247,16 +247,24 @@ class PracticeModel:
 
         return replica.lane.reflow(now, admit, hold)
 
-    def _release(self, ghost: Booking, now: float) -> list[Prefill]:
+    def _release(self, ghost: Booking, now: float) -> bool:
         """Cut a hung-up prompt's lane time to what it used by `now` and what live prompts booked
-        after it still need of its work; forget the blocks it will never compute. The turns moved."""
+        after it still need of its work; forget the blocks it will never compute. Moves no other
+        turn (the caller reflows the lane once). True if it gave time back."""
         replica, turn = ghost.replica, ghost.turn
-        later = (b for b in self.live.values() if b.replica is replica and int(b.rid) > int(ghost.rid))
-        needed = max(0, max((_shared(b, ghost) for b in later), default=0) - ghost.found_blocks)
         block = replica.cache.block_tokens
         before = ghost.found_blocks * block  # tokens already in context when its prefill began
+        holds = ghost.found_blocks + self.timing.prefilled_tokens(turn.seconds, before) // block
+        needed = 0
+        for b in self.live.values():  # the live prompts booked after it on its replica
+            if b.replica is replica and int(b.rid) > int(ghost.rid):
+                needed = max(needed, _shared(b, ghost))
+                if needed >= holds:
+                    return False  # a live prompt needs all it holds: nothing to give back
         booked_end = turn.end  # when its blocks were last said to be used
-        moved = replica.lane.cancel(turn, now, keep_s=self.timing.prefill_s(needed * block, before))
+        keep_s = self.timing.prefill_s(max(0, needed - ghost.found_blocks) * block, before)
+        if not replica.lane.shorten(turn, now, keep_s):
+            return False
         kept = ghost.found_blocks + self.timing.prefilled_tokens(turn.seconds, before) // block
         replica.cache.forget(ghost.keys[kept:])
         if ghost.seat is not None and ghost.seat.keys is ghost.keys:  # seat-prefix: what it read
@@ -264,7 +272,7 @@ class PracticeModel:
         # Its kept blocks were last used when its (shortened) prefill stops, not at the old end:
         # the time to live counts from then (unless a later prompt has used them since).
         replica.cache.restamp(ghost.keys[:kept], booked_end, max(now, turn.end))
-        return moved
+        return True
 
     def reset_caches(self) -> int:
         """Forget every cached block of every replica, as a restart would; how many were dropped."""

@@ -30,15 +30,15 @@ class Intake:
     """ASGI middleware: note the arrival, read the whole body (over the limit: 413; too slow: 408),
     then admit.
 
-    Admission is one request at a time: each waits its turn (`self.turn`) after its body is
-    read, and the route hands the turn on as soon as the request is booked. The event loop
-    reads new requests between two turns, so when many arrive at once each notes its
-    arrival time as it comes in, instead of after all the others have been parsed.
+    Admission is one request at a time: each waits for the admission lock (`self.admitting`)
+    after its body is read, and the route releases it as soon as the request is booked. The
+    event loop reads new requests between two admissions, so when many arrive at once each
+    notes its arrival time as it comes in, instead of after all the others have been parsed.
     """
 
     def __init__(self, app: Any, limit: int, timeout_s: float) -> None:
         self.app, self.limit, self.timeout_s = app, limit, timeout_s
-        self.turn = asyncio.Lock()
+        self.admitting = asyncio.Lock()
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -58,21 +58,21 @@ class Intake:
             return await self._refuse(send, 413, self._too_large())
         if body is None:
             return None  # the client left before its body was whole
-        await self.turn.acquire()
+        await self.admitting.acquire()
         admitted = False
 
         def admit() -> None:
             nonlocal admitted
             if not admitted:
                 admitted = True
-                self.turn.release()
+                self.admitting.release()
 
         scope.setdefault("state", {})["intake"] = Admission(arrival, admit)  # Starlette's request.state
         try:
             await asyncio.sleep(0)  # a pass of the event loop between two admissions: it reads new requests
             await self.app(scope, _replay(body, receive), send)
         finally:
-            admit()  # other routes, and errors: the turn passes when the reply is done
+            admit()  # other routes, and errors: the next is admitted when the reply is done
 
     async def _read(self, receive: Any) -> bytes | None:
         """The whole body; None if the client disconnects first, _TooLarge past the limit."""

@@ -113,6 +113,8 @@ def describe(s: Settings) -> str:
         words.append(f"{s.block_tokens}-token cache blocks")
     if s.replicas > 1:
         words.append(f"{s.replicas} replicas, route {s.route}")
+    if s.seats is not None:  # llama.cpp's split: the learner should see each seat's context
+        words.append(f"{s.seats} seats of {s.context_tokens // s.seats:,} tokens ({s.cache_mode} cache)")
     if s.cache_ttl_s:
         words.append(f"cache TTL {s.cache_ttl_s:g} s")
     if s.fail_rate:

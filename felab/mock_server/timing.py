@@ -83,6 +83,8 @@ class Prefill:
     ready_at: float
     seconds: float
     start: float
+    dropped: bool = False
+    """Hung up before it started, with nothing kept: it leaves the lane at the next reflow."""
 
     @property
     def end(self) -> float:
@@ -117,46 +119,45 @@ class PrefillLane:
 
         Returns the prefills that moved up (their `start` changed), so their waiters can be woken.
         """
-        if turn not in self.queue or turn.end <= now:
-            return []  # already prefilled: the lane time was spent
-        at = self.queue.index(turn)
-        used = max(0.0, now - turn.start)
-        kept = min(turn.seconds, max(used, keep_s))
+        return self.reflow(now) if self.shorten(turn, now, keep_s) else []
+
+    def shorten(self, turn: Prefill, now: float, keep_s: float = 0.0) -> bool:
+        """Cut `turn` to the time it used by `now` or `keep_s`, whichever is longer (never longer
+        than it was); one that never started and keeps nothing leaves the lane. Moves no other
+        turn (`reflow` does, once, after any number of these). True if it gave time back."""
+        if turn.dropped or turn.end <= now:
+            return False  # already prefilled: the lane time was spent
+        kept = min(turn.seconds, max(now - turn.start, keep_s, 0.0))
         if kept >= turn.seconds:
-            return []  # every second of it is still needed
-        if kept > 0:  # prefilling now, or work later prompts rely on: that much stays
-            turn.seconds, base, after = kept, turn.start + kept, at + 1
-        else:  # still waiting, and nobody needs its work: it never uses the lane
-            del self.queue[at]
-            turn.seconds = 0.0
-            base, after = (max(now, self.queue[at - 1].end) if at else now), at  # never in the past
-        moved = []
-        for later in list(self.queue)[after:]:
-            start = max(later.ready_at, base)
-            if start != later.start:
-                later.start = start
-                moved.append(later)
-            base = later.end
-        self.free_at = self.queue[-1].end if self.queue else min(self.free_at, now)
-        return moved
+            return False  # every second of it is still needed
+        turn.seconds = kept
+        turn.dropped = kept == 0 and turn.start > now  # still waiting, and nobody needs its work
+        return True
 
     def reflow(
-        self, now: float, before: Callable[[Prefill], None], after: Callable[[Prefill], None]
+        self,
+        now: float,
+        before: Callable[[Prefill], None] | None = None,
+        after: Callable[[Prefill], None] | None = None,
     ) -> list[Prefill]:
         """Place again, in order, every prefill not started by `now`: `before(turn)` may move its
         `ready_at` earlier (a seat freed up: seats.py), then it starts as soon as it is ready and
-        the prefill before it is done; `after(turn)` sees its new times. The turns that moved."""
+        the prefill before it is done (never before `now`); `after(turn)` sees its new times.
+        Turns dropped by `shorten` leave the lane. The turns that moved."""
+        self.queue = deque(turn for turn in self.queue if not turn.dropped)
         moved, base = [], now
         for turn in self.queue:
             if turn.start <= now:  # started: its start is history
                 base = max(base, turn.end)
                 continue
-            before(turn)
+            if before:
+                before(turn)
             start = max(turn.ready_at, base)
             if start != turn.start:
                 turn.start = start
                 moved.append(turn)
             base = turn.end
-            after(turn)
+            if after:
+                after(turn)
         self.free_at = self.queue[-1].end if self.queue else min(self.free_at, now)
         return moved
