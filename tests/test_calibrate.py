@@ -182,13 +182,19 @@ def test_calibrating_a_practice_server_gives_its_settings_back(tmp_path: Path) -
     # Exact: how the server counts tokens and what its cache keeps.
     assert got["chars_per_token"] == pytest.approx(4.0, rel=0.01)
     assert (got["cache_mode"], got["block_tokens"]) == ("blocks", 32)
-    # Timed, on a shared machine: the rate within 15%, the overhead within 8 ms (the fit holds
-    # HTTP and the machine's scheduling; the practice server's own delivery time, a median of its
-    # own noisy calls, is taken back out), attention near 0 (under 3 ns: under 6% of a
-    # 6,400-token prompt), decode within 30% (one 48-token reply's gaps are noisy).
-    assert got["prefill_tps"] == pytest.approx(10_000, rel=0.15)
+    # Timed, on a shared machine, where the terms can trade a little against each other: the
+    # TTFT the profile predicts for 500, 3,000 and 6,400 cold tokens within 15% (or 10 ms) of the
+    # server's own formula; the rate within 25%; the overhead within 8 ms (the fit holds HTTP and
+    # scheduling; the practice server's own delivery time, a median of noisy calls, is taken back
+    # out); decode within 30% (one 48-token reply's gaps are noisy).
+    for u in (500, 3000, 6400):
+        truth = fit.predict_ms(10.0, 10_000.0, 0.0, u, 0)
+        said = fit.predict_ms(got["overhead_ms"], got["prefill_tps"], got["prefill_attention_ns"], u, 0)
+        assert abs(said - truth) <= max(0.15 * truth, 10), (
+            f"{u} tokens: profile {said:.0f} ms, truth {truth:.0f}"
+        )
+    assert got["prefill_tps"] == pytest.approx(10_000, rel=0.25)
     assert abs(got["overhead_ms"] - 10) <= 8
-    assert got["prefill_attention_ns"] < 3.0
     assert got["decode_tps"] == pytest.approx(200, rel=0.3)
     whole = tomllib.loads(out_file.read_text())
     assert whole["profile"]["engine"] == "felab practice server"
