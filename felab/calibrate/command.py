@@ -29,6 +29,7 @@ from felab.errors import FelabError
 from felab.mock_server.launch import practice_server
 from felab.mock_server.profile import ProfileError, read_settings
 from felab.paths import from_here, learner_folder
+from felab.prices import price_for
 from felab.results import record
 from felab.tables import table
 from felab.targets import NO_KEY, TARGETS, Target
@@ -72,7 +73,13 @@ def announce(target: Target, facts: ServerFacts, requests: int, tokens: int | No
     volume = f" (about {tokens:,} prompt tokens)" if tokens else ""
     say(f"it sends at most {requests} streamed requests{volume}; up to about 2 minutes.")
     if target.is_paid:
-        say(f"{target.name} is paid: these requests bill your account.")
+        price = price_for(target)
+        cost = (
+            f" (at most about ${tokens * price.input / 1e6:.2f} at list price, {price.source})"
+            if price and tokens
+            else ""
+        )
+        say(f"{target.name} is paid: these requests bill your account{cost}.")
         if not yes and not click.confirm("send them?", default=False):
             raise FelabError("nothing was sent (not confirmed). Add --yes to skip the question.")
 
