@@ -15,6 +15,7 @@ import importlib.util
 import json
 import lzma
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -23,6 +24,7 @@ import click
 from felab.errors import FelabError
 from felab.mock_server.config import DEFAULTS, Settings
 from felab.mock_server.flags import SettingType
+from felab.mock_server.profile import UNFLAGGED, profile_option
 from felab.paths import from_here, learner_folder, results_dir
 from felab.prices import PRICES, Price, price_for
 from felab.replay import agent, parallel, report, trace
@@ -206,6 +208,7 @@ def picture(rows: list[dict[str, Any]], swept: list[Knob]) -> str:
 @click.option("--price-in", type=float, metavar="USD", help="list price of input tokens, USD per 1M")
 @click.option("--price-cached", type=float, metavar="USD", help="price of cached input tokens, USD per 1M")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per configuration, for a program")
+@profile_option(skip=(FROM_TRACE,), note=" (the block size stays the trace's)")
 @click.pass_context
 def replay_command(ctx: click.Context, trace_path: Path | None, limit: int | None, **flags: Any) -> None:
     """Replay a production trace through the practice server's model, or send it to a server.
@@ -225,12 +228,14 @@ def replay_command(ctx: click.Context, trace_path: Path | None, limit: int | Non
       python -m felab replay --replicas 1,8,18,64 --route random,prefix
       python -m felab replay results/agent-trace.jsonl --replicas 18 --route random,affinity
       python -m felab replay --limit 100 --speed 20 --prefill-tps 100000 --target mock
+      python -m felab replay --profile data/profiles/lesson-mac.toml --replicas 1,18
     """
     path = trace.MOONCAKE if trace_path is None else learner_folder() / trace_path  # as typed there
     guard_paid(flags["target"], limit)
     if flags[FROM_TRACE] is None:
         flags[FROM_TRACE] = str(trace.block_tokens(path, limit))
-    configs, swept = configurations({k.field: flags[k.field] for k in KNOBS}, DEFAULTS)
+    base = replace(DEFAULTS, **ctx.meta.get(UNFLAGGED, {}))  # a --profile's settings replay has no flag for
+    configs, swept = configurations({k.field: flags[k.field] for k in KNOBS}, base)
     check_live(ctx, flags["target"], flags["base_url"], configs)
     price, whose = the_price(flags["price_in"], flags["price_cached"])
     rows = []
