@@ -365,3 +365,7 @@ from felab.replay.command import agent_trace_command, replay_command  # noqa: E4
 
 cli.add_command(replay_command)
 cli.add_command(agent_trace_command)
+
+from felab.calibrate.command import calibrate_command  # noqa: E402
+
+cli.add_command(calibrate_command)

@@ -7,9 +7,10 @@ import re
 
 from felab.paths import KIT_ROOT
 
-RAISED_BY = {"FelabError", "ClickException", "BadParameter", "fail", "stop"}
+RAISED_BY = {"FelabError", "ClickException", "BadParameter", "ProfileError", "fail", "stop"}
 """What takes a learner-facing message as its first argument: the exceptions the command line turns
-into a paragraph, errors.fail (prints one), and the Fireworks budget's stop (a Stop's message)."""
+into a paragraph, errors.fail (prints one), the Fireworks budget's stop (a Stop's message), and
+ProfileError (a timing profile the practice server refuses)."""
 PAGE = KIT_ROOT / "docs" / "troubleshooting.md"
 
 

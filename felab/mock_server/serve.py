@@ -16,6 +16,7 @@ import click
 from felab.mock_server.config import DEFAULT_PORT, DEFAULTS, HEALTH_NAME, Settings
 from felab.mock_server.faults import HideStreamCuts
 from felab.mock_server.flags import server_options, to_settings
+from felab.mock_server.profile import profile_option
 
 D = DEFAULTS
 
@@ -73,6 +74,7 @@ def port_in_use(host: str, port: int) -> str:
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
 @click.option("--port", default=DEFAULT_PORT, show_default=True, help="port to listen on")
+@profile_option()  # --profile FILE: a calibrated twin's settings as these flags' defaults
 @server_options  # one flag per setting, written from its declaration in config.py
 def main(host: str, port: int, **values: Any) -> None:
     """The practice server: an OpenAI-compatible server with a prefix cache, offline.
@@ -81,6 +83,7 @@ def main(host: str, port: int, **values: Any) -> None:
     Examples:
       python -m felab.mock_server
       python -m felab.mock_server --port 9000 --prefill-tps 1050
+      python -m felab.mock_server --profile data/profiles/lesson-mac.toml
       python -m felab.mock_server --replicas 18 --route affinity --cache-ttl 60
       python -m felab.mock_server --fail-rate 0.1 --fail-types 429,cut --seed 7
       curl -X POST http://127.0.0.1:8765/admin/reset     # empty its cache

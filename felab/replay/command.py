@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib.util
 import json
 import lzma
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -22,9 +24,10 @@ import click
 from felab.errors import FelabError
 from felab.mock_server.config import DEFAULTS, Settings
 from felab.mock_server.flags import SettingType
+from felab.mock_server.profile import UNFLAGGED, profile_option
 from felab.paths import from_here, learner_folder, results_dir
 from felab.prices import PRICES, Price, price_for
-from felab.replay import agent, report, trace
+from felab.replay import agent, parallel, report, trace
 from felab.replay.sweep import KNOBS, Knob, configurations, default_text, recorded
 from felab.replay.tally import summary
 from felab.results import record
@@ -61,10 +64,25 @@ def the_price(price_in: float | None, price_cached: float | None) -> tuple[Price
     return price, f"gpt-oss-120b on Fireworks, {price.source}"
 
 
-def run_virtual(path: Path, limit: int | None, s: Settings, speed: float, price: Price) -> dict[str, Any]:
+def run_virtual(
+    path: Path,
+    limit: int | None,
+    speed: float,
+    price: Price,
+    s: Settings,
+    data: bytes | None = None,
+    progress: bool = True,
+    remember: bool = False,
+) -> dict[str, Any]:
+    """One configuration in virtual time, as its row (`data`: the trace's bytes, on a Dask worker;
+    `remember`: a sweep, whose process keeps the parsed trace for its next configuration).
+
+    Module-level, its first four arguments bound with functools.partial: a sweep hands it to
+    worker processes (parallel.py)."""
     from felab.replay import virtual
 
-    tally, loads, wall = virtual.replay(path, trace.read_trace(path, limit), s, speed)
+    requests = trace.requests(path, limit, data, progress, remember)
+    tally, loads, wall = virtual.replay(path, requests, s, speed)
     head = {"mode": "virtual time", "target": "virtual", "model": s.model}
     capacity = s.replicas * s.prefill_tps
     return {**head, **recorded(s), **summary(tally, loads, price, wall, capacity)}
@@ -115,6 +133,11 @@ def check_live(ctx: click.Context, name: str | None, base_url: str | None, confi
     """In real time against a server started elsewhere, the model's flags cannot apply."""
     if not name and base_url:
         raise click.UsageError("--base-url is for real time: add --target (mock, llamacpp, ...) too.")
+    if name and (ctx.params.get("jobs") or ctx.params.get("scheduler")):
+        raise click.UsageError(
+            "--jobs and --scheduler are for virtual time (no --target): a real-time replay measures "
+            "wall-clock time, so its configurations run one after another."
+        )
     own = name == "mock" and not base_url
     if name and not own and len(configs) > 1:
         raise click.UsageError(
@@ -170,9 +193,22 @@ def picture(rows: list[dict[str, Any]], swept: list[Knob]) -> str:
     type=click.IntRange(min=1),
     help="real time: requests in flight at most",
 )
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    help="virtual-time sweeps: run this many configurations at once, each in its own process "
+    "[default: one per core]",
+)
+@click.option(
+    "--scheduler",
+    metavar="tcp://HOST:PORT",
+    help="virtual-time sweeps: run the configurations on this Dask cluster (`make cluster` installs "
+    "Dask; see docs/replay.md)",
+)
 @click.option("--price-in", type=float, metavar="USD", help="list price of input tokens, USD per 1M")
 @click.option("--price-cached", type=float, metavar="USD", help="price of cached input tokens, USD per 1M")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per configuration, for a program")
+@profile_option(skip=(FROM_TRACE,), note=" (the block size stays the trace's)")
 @click.pass_context
 def replay_command(ctx: click.Context, trace_path: Path | None, limit: int | None, **flags: Any) -> None:
     """Replay a production trace through the practice server's model, or send it to a server.
@@ -192,30 +228,20 @@ def replay_command(ctx: click.Context, trace_path: Path | None, limit: int | Non
       python -m felab replay --replicas 1,8,18,64 --route random,prefix
       python -m felab replay results/agent-trace.jsonl --replicas 18 --route random,affinity
       python -m felab replay --limit 100 --speed 20 --prefill-tps 100000 --target mock
+      python -m felab replay --profile data/profiles/lesson-mac.toml --replicas 1,18
     """
     path = trace.MOONCAKE if trace_path is None else learner_folder() / trace_path  # as typed there
     guard_paid(flags["target"], limit)
     if flags[FROM_TRACE] is None:
         flags[FROM_TRACE] = str(trace.block_tokens(path, limit))
-    configs, swept = configurations({k.field: flags[k.field] for k in KNOBS}, DEFAULTS)
+    base = replace(DEFAULTS, **ctx.meta.get(UNFLAGGED, {}))  # a --profile's settings replay has no flag for
+    configs, swept = configurations({k.field: flags[k.field] for k in KNOBS}, base)
     check_live(ctx, flags["target"], flags["base_url"], configs)
     price, whose = the_price(flags["price_in"], flags["price_cached"])
-    live = {k: flags[k] for k in ("target", "base_url", "model", "max_tokens", "workers")}
     rows = []
-    for s in configs:
-        if len(configs) > 1 or flags["target"]:
-            click.echo(f"  replaying {path.name}: {describe(s, swept)} ...", err=True)
-        if flags["target"]:
-            row = run_live(path, limit, s, flags["speed"], price, live)
-        else:
-            row = run_virtual(path, limit, s, flags["speed"], price)
-        row = {
-            "trace": path.name,
-            "block_tokens": s.block_tokens,
-            "speed": flags["speed"],
-            **row,
-            "prices": whose,
-        }
+    for s, got in zip(configs, run_configs(path, limit, configs, swept, price, flags), strict=True):
+        head = {"trace": path.name, "block_tokens": s.block_tokens, "speed": flags["speed"]}
+        row = {**head, **got, "prices": whose}
         record("replay", row)
         rows.append(row)
         if flags["as_json"]:
@@ -227,6 +253,39 @@ def replay_command(ctx: click.Context, trace_path: Path | None, limit: int | Non
         for line in (report.overload_note(rows), report.failed_note(rows), picture(rows, swept)):
             if line:
                 click.echo("\n" + line)
+
+
+def run_configs(
+    path: Path, limit: int | None, configs: list[Settings], swept: list[Knob], price: Price, flags: dict
+) -> Iterator[dict[str, Any]]:
+    """Every configuration's row, in order, each as soon as it is done: in real time one after
+    another; in virtual time serially, in --jobs processes or on the --scheduler's Dask cluster
+    (parallel.py)."""
+    if flags["target"]:
+        live = {k: flags[k] for k in ("target", "base_url", "model", "max_tokens", "workers")}
+        for s in configs:
+            click.echo(f"  replaying {path.name}: {describe(s, swept)} ...", err=True)
+            yield run_live(path, limit, s, flags["speed"], price, live)
+        return
+    jobs = min(flags["jobs"] or parallel.cores(), len(configs))
+    scheduler = flags["scheduler"]
+    serial = jobs == 1 and not scheduler
+    if len(configs) > 1 and not serial:
+        where = f"on the Dask cluster at {scheduler}" if scheduler else f"in {jobs} processes (--jobs {jobs})"
+        click.echo(f"  replaying {path.name}: {len(configs)} configurations {where} ...", err=True)
+
+    def tell(event: str, s: Settings) -> None:
+        if len(configs) > 1:
+            click.echo(
+                f"  {'replaying ' + path.name if event == 'start' else 'done'}: {describe(s, swept)}",
+                err=True,
+            )
+
+    sweep = len(configs) > 1  # then each process keeps the parsed trace for its next configuration
+    run_one = functools.partial(
+        run_virtual, path, limit, flags["speed"], price, progress=serial, remember=sweep
+    )
+    yield from parallel.run_all(run_one, configs, jobs, scheduler, path, tell)
 
 
 def describe(s: Settings, swept: list[Knob]) -> str:
