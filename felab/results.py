@@ -8,13 +8,15 @@ How a row is written, and what survives a kill:
     as it is then, so two runs recording at once never write over each other; the lock
     keeps one run's repair from cutting another run's line while it is being written.
 
-    One write() is not all-or-nothing, though. On Linux a write to a local file copies page
-    after page, and checks between pages for a fatal signal: SIGKILL (or the OOM killer)
-    during a write of a large row leaves its first part in the file (measured on ext4: every
-    kill of a 200 MB write landed mid-way; a row of a few KB is copied in microseconds, so
-    this is rare but possible at any size). A full disk also cuts a write short, and a power
-    cut can leave a line whose end never reached the disk. So a line that does not end with
-    a newline is a write that did not finish, and both sides treat it so:
+    One write() is not all-or-nothing, though. On Linux a write to a local file copies a page
+    (or a larger folio) at a time and checks before each for a fatal signal (mm/filemap.c,
+    generic_perform_write): SIGKILL (or the OOM killer) during the write of a row longer than
+    that leaves its first part in the file. Measured here (ext4, Linux 6.18): 10 kills of 10
+    landed inside a 200 MB write and left part of it; a row of a few KB is copied in
+    microseconds, so a kill inside it is rare, but nothing promises it cannot happen. A full
+    disk also cuts a write short, and a power cut can leave a line whose end never reached
+    the disk. So a line that does not end with a newline is a write that did not finish, and
+    both sides treat it so:
 
         reading      only lines that end with "\n" are rows: an unfinished last line is
                      passed over, silently (it may be a write in progress right now)
