@@ -29,6 +29,7 @@ from felab.engine_families.family import LOOPBACK, Engine
 from felab.engine_families.fireworks import ROOT as FIREWORKS_ROOT
 from felab.errors import FelabError
 from felab.paths import load_env
+from felab.urls import scheme
 
 TARGETS: dict[str, Engine] = ENGINES
 """Every target by name: the engine registry (felab/engine_families/), one module per engine."""
@@ -150,7 +151,7 @@ def start_command(name: str, base_url: str) -> str | None:
 
 def exposes_key(url: str) -> bool:
     """Would a key sent to `url` cross the network unencrypted (plain http:// to another machine)?"""
-    return url.startswith("http://") and not LOOPBACK.match(url)
+    return scheme(url) == "http" and not LOOPBACK.match(url)
 
 
 def cold_start_advice(target: Target) -> str:

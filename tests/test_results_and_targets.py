@@ -288,3 +288,12 @@ def test_a_refused_key_is_fixed_where_it_came_from(monkeypatch: pytest.MonkeyPat
     advice = fix_key_advice("FIREWORKS_API_KEY")
     assert "comes from this terminal" in advice and "unset FIREWORKS_API_KEY" in advice
     assert "fw-exported" not in advice and "fw-from-the-file" not in advice
+
+
+def test_a_scheme_and_a_host_name_have_no_case_wherever_a_url_is_checked() -> None:
+    from felab.engine_families.family import LOOPBACK, port_of
+    from felab.targets import exposes_key
+
+    assert exposes_key("HTTP://api.example.com/v1") and exposes_key("Http://10.0.0.1:8000/v1")
+    assert not exposes_key("HTTP://LOCALHOST:8080/v1") and not exposes_key("HTTPS://api.example.com/v1")
+    assert LOOPBACK.match("HTTP://127.0.0.1:8765/v1") and port_of("HTTP://127.0.0.1:8765/v1") == 8765

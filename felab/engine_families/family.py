@@ -32,13 +32,14 @@ ASK_SERVER = None
 REPLY_ROOM = 256
 """Tokens kept free for the reply when a context size is worked out (lessons ask for 8 to 48)."""
 
-LOOPBACK = re.compile(r"^https?://(127\.\d+\.\d+\.\d+|localhost|\[::1\])(:|/|$)")
-"""An address on this machine: a start command may name its port; plain http:// is safe there."""
+LOOPBACK = re.compile(r"^https?://(127\.\d+\.\d+\.\d+|localhost|\[::1\])(:|/|$)", re.IGNORECASE)
+"""An address on this machine: a start command may name its port; plain http:// is safe there.
+(A scheme and a host name have no case: `HTTP://LOCALHOST:8080` is this machine too; felab/urls.py.)"""
 
 
 def port_of(url: str) -> int | None:
     """The port written in `url`, or None where it has none."""
-    found = re.match(r"https?://[^/:]+:(\d+)", url)
+    found = re.match(r"https?://[^/:]+:(\d+)", url, re.IGNORECASE)
     return int(found.group(1)) if found else None
 
 
