@@ -10,6 +10,7 @@
     felab replay       a production trace through the practice server's model (felab/replay/)
     felab agent-trace  a trace of lesson 06's agent, for `felab replay`
     felab tiny-model   the offline tiny model for the real engines (felab/engines/)
+    felab calibrate    measure a server and write a profile the practice server can run (felab/calibrate/)
 
 `make help` lists the Make targets that call these (tests/test_docs_match_code.py keeps this
 list whole). A FelabError ends any of them with its one paragraph and exit status 2; Ctrl+C

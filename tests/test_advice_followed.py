@@ -70,7 +70,10 @@ def test_ctrl_c_in_replay_says_what_it_recorded(
     monkeypatch.setattr(replay_command, "run_virtual", second_is_interrupted)
     monkeypatch.setattr(results, "RECORDED", [])
     monkeypatch.setenv("FELAB_CALLER_DIR", str(tmp_path))
-    out = CliRunner().invoke(felab_cli.cli, ["replay", "--limit", "200", "--replicas", "1,2,4"])
+    # --jobs 1: the configurations run in this process, where the stand-in above can interrupt one
+    out = CliRunner().invoke(
+        felab_cli.cli, ["replay", "--limit", "200", "--replicas", "1,2,4", "--jobs", "1"]
+    )
     assert out.exit_code == 130
     said = " ".join(out.output.split())
     where = os.path.relpath(isolated / "replay.jsonl", tmp_path)

@@ -237,7 +237,8 @@ def web_page() -> Iterator[str]:
 def test_a_server_that_is_not_openai_compatible_is_named_as_such(web_page: str) -> None:
     out = run_felab("calibrate", "--target", "llamacpp", "--base-url", web_page)
     assert out.returncode == 2
-    assert "not as an OpenAI-compatible server does" in out.stderr and "Traceback" not in out.stderr
+    assert "a web server is there, but not one that speaks OpenAI's API" in " ".join(out.stderr.split())
+    assert "Traceback" not in out.stderr
 
 
 def test_a_server_too_small_for_the_probes_says_so() -> None:

@@ -47,19 +47,10 @@ def say(line: str) -> None:
 
 
 def connect(target_name: str, base_url: str | None, model: str | None) -> Target:
-    """The target, its model asked from the server: a down server or one that is not OpenAI-compatible
-    stops here, before anything is counted."""
-    try:
-        return resolve(argparse.Namespace(target=target_name, base_url=base_url, model=model))
-    except FelabError:
-        raise
-    except Exception as exc:  # an answer that is not OpenAI's shape (an HTML page, another API)
-        url = base_url or TARGETS[target_name].url
-        raise FelabError(
-            f"the server at {url} answered, but not as an OpenAI-compatible server does (GET /models: "
-            f"{type(exc).__name__}). Check the address: it must be the server's OpenAI-compatible one, "
-            f"usually ending in /v1 (`{from_here('make check')}` shows what answers where)."
-        ) from exc
+    """The target, its model asked from the server (felab.connect.resolve): a server that is down,
+    or that is not OpenAI-compatible, stops here with the kit's one message for it, before anything
+    is counted."""
+    return resolve(argparse.Namespace(target=target_name, base_url=base_url, model=model))
 
 
 def announce(target: Target, facts: ServerFacts, requests: int, tokens: int | None, yes: bool) -> None:
