@@ -94,9 +94,9 @@ def main(host: str, port: int, **values: Any) -> None:
     from felab.mock_server.app import create_app
     from felab.mock_server.connections import uvicorn_config
 
+    settings = to_settings(values)  # a bad flag is named first, whatever holds the port
     if not port_is_free(host, port):
         raise click.ClickException(port_in_use(host, port))
-    settings = to_settings(values)
     print(
         f"practice server listening on http://{host}:{port}/v1 · {describe(settings)} · Ctrl+C stops it",
         flush=True,
