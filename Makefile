@@ -12,12 +12,18 @@ export FELAB_CALLER_DIR ?= $(PWD)
 
 .DEFAULT_GOAL := help
 .PHONY: help setup demo mock check smoke bench test lint numbers new-lesson fw-check bundle bundle-serve \
-	engines llama-server tiny-model test-engines replay test-load
+	engines llama-server tiny-model test-engines replay test-load cluster calibrate
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# The learner's settings, started from .env.example when the kit is installed: 03-labs/.env is a
+# link to this file, and a link to nothing would make `cp .env.example .env` there refuse to write.
+.env:
+	@cp .env.example $@
+
 $(STAMP): pyproject.toml
+	@test -e .env || cp .env.example .env
 	@$(PYTHON) -c 'import sys; (3, 10) <= sys.version_info[:2] <= (3, 13) or sys.exit("error: felab needs Python 3.10 to 3.13; $(PYTHON) is " + sys.version.split()[0] + ". Name another one, for example: make PYTHON=python3.12 setup")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -e .
@@ -28,13 +34,13 @@ $(VENV)/.installed-%: $(STAMP)
 	@$(PY) -m pip install --quiet -e '.[$*]'
 	@touch $@
 
-setup: $(STAMP) ## create .venv and install the kit (the other targets do this for you)
+setup: $(STAMP) | .env ## create .venv and install the kit, and .env from .env.example (the other targets do this for you)
 
 demo: $(STAMP) ## lesson 06 on the practice server: opening first and time first, one table
 	@$(PY) -m felab demo
 
-mock: $(STAMP) ## run the practice server in the foreground on port 8765 (Ctrl+C stops it)
-	@$(PY) -m felab.mock_server
+mock: $(STAMP) ## the practice server in the foreground on port 8765, or make mock PORT=9000; PROFILE=f: a calibrated twin (Ctrl+C stops it)
+	@$(PY) -m felab.mock_server $(if $(PORT),--port "$(PORT)") $(if $(PROFILE),--profile "$(if $(filter /%,$(PROFILE)),$(PROFILE),$(FELAB_CALLER_DIR)/$(PROFILE))")
 
 check: $(STAMP) ## which servers are up, each target's URL and model, whether FIREWORKS_API_KEY is set
 	@$(PY) -m felab check
@@ -42,15 +48,23 @@ check: $(STAMP) ## which servers are up, each target's URL and model, whether FI
 smoke: $(STAMP) ## every lesson script against a fresh practice server, in quick mode
 	@$(PY) -m felab smoke
 
-bench: $(STAMP) ## how faithful the practice server is: TTFT vs predicted and vs the floor, CPU, memory; replay speed (~2 min)
+bench: $(STAMP) ## how faithful the practice server is: TTFT vs predicted and vs the floor, CPU, memory; replay speed, balance, --jobs, hostile input (~2.5 min)
 	@$(PY) -m felab.mock_server.fidelity
 	@$(PY) -m felab.replay.bench
 
 fw-check: $(call EXTRA,fireworks) ## anything on Fireworks still billing, and the command that stops it (fails closed)
 	@$(PY) -m felab fw-check
 
-replay: $(call EXTRA,plot) ## a production trace through the practice server's model: make replay TRACE=f ARGS="--replicas 1,8"
+replay: $(call EXTRA,plot) $(if $(findstring --scheduler,$(ARGS)),$(call EXTRA,cluster)) ## a production trace through the practice server's model: make replay TRACE=f ARGS="--replicas 1,8"
 	@$(PY) -m felab replay $(TRACE) $(ARGS)
+
+cluster: $(call EXTRA,cluster) ## install Dask for sweeps on several machines: replay --scheduler (docs/replay.md)
+	@echo "Dask is installed. Start a scheduler ($(VENV)/bin/dask scheduler), a worker on each machine"
+	@echo "($(VENV)/bin/dask worker tcp://HOST:8786, from the kit's folder), then:"
+	@echo "  make replay ARGS=\"--replicas 8,18,64 --route random,prefix --scheduler tcp://HOST:8786\""
+
+calibrate: $(call EXTRA,plot) ## measure a server, write a profile for the practice server: make calibrate TARGET=llamacpp ARGS="--check f"
+	@$(PY) -m felab calibrate --target $(or $(TARGET),llamacpp) $(ARGS)
 
 numbers: $(call EXTRA,plot) ## your numbers: the latest cold run per lesson, target and order (and a TTFT picture)
 	@$(PY) -m felab numbers
@@ -84,5 +98,5 @@ lint: $(call EXTRA,dev) ## ruff (lint and format) over the kit, and mypy over fe
 	$(PY) -m ruff format --check felab lessons tests
 	$(PY) -m mypy
 
-test: lint ## lint, then the test suite (offline, about two minutes)
+test: lint ## lint, then the tests, offline (not the engines or load ones: make test-engines, make test-load)
 	$(PY) -m pytest -n 4

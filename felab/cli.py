@@ -3,14 +3,24 @@
     felab check        which servers are up, and whether the Fireworks key is set
     felab demo         lesson 06 on a fresh practice server, both orders, one table
     felab smoke        every lesson script against a fresh practice server, quick mode
+    felab numbers      your numbers: the latest cold run per lesson, target and order
     felab fw-check     anything on Fireworks that is still billing (exit 0 none, 1 some, 2 unknown)
+    felab bundle       the lesson pages as an offline site (`bundle build`, `bundle serve`)
+    felab new-lesson   a new lesson folder that already runs
+    felab replay       a production trace through the practice server's model (felab/replay/)
+    felab agent-trace  a trace of lesson 06's agent, for `felab replay`
+    felab tiny-model   the offline tiny model for the real engines (felab/engines/)
+    felab calibrate    measure a server and write a profile the practice server can run (felab/calibrate/)
 
-`make help` lists the Make targets that call these.
+`make help` lists the Make targets that call these (tests/test_docs_match_code.py keeps this
+list whole). A FelabError ends any of them with its one paragraph and exit status 2; Ctrl+C
+says what the run recorded.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 import subprocess
 import sys
@@ -22,22 +32,42 @@ import openai
 
 from felab.connect import url_source, with_scheme
 from felab.course.lessons import LESSONS_DIR, discover
-from felab.errors import EXIT_ERROR, FelabError, debug_exit, fail
+from felab.errors import (
+    EXIT_ERROR,
+    FelabError,
+    WatchedOutput,
+    debug_exit,
+    fail,
+    output_lost_message,
+    silence_stdout,
+    what_was_recorded,
+)
 from felab.mock_server.launch import practice_server
 from felab.paths import KIT_ROOT, from_here, load_env
-from felab.results import read_records, results_path
+from felab.results import iter_records, results_path
 from felab.tables import table
 from felab.targets import TARGETS, configured_model, default_url, key_status, start_command
 
 PREFIX_BENCH = LESSONS_DIR / "06-prefix-caching" / "prefix_bench.py"
 
 
+RECORDS_HERE = {"replay"}
+"""Commands that record rows in this process (results.RECORDED knows them): Ctrl+C says which."""
+
+
 class FelabGroup(click.Group):
-    """Turns a FelabError into its one-paragraph message and exit status 2."""
+    """Turns a FelabError, or output that cannot be written, into its one-paragraph message and
+    exit status 2."""
 
     def invoke(self, ctx: click.Context) -> object:
+        inner = sys.stdout  # watched, so output that cannot be written is told as such (errors.py)
+        output = WatchedOutput(inner) if inner is not None else None
+        if output is not None:
+            sys.stdout = output
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # here, not at exit, where a failure could only be a warning
+            return result
         except FelabError as exc:
             if os.environ.get("FELAB_DEBUG"):
                 debug_exit(exc)  # the traceback, keys redacted; still exit status 2
@@ -47,8 +77,21 @@ class FelabGroup(click.Group):
             if ctx.invoked_subcommand == "fw-check":  # exit 1 would mean "billing": it means unknown
                 fail("interrupted: could not check what is billing on Fireworks. This is not an all-clear.")
                 ctx.exit(EXIT_ERROR)
-            click.echo("\ninterrupted.", err=True)
+            if ctx.invoked_subcommand in RECORDS_HERE:  # says what it recorded, as a lesson's Ctrl+C does
+                click.echo(f"\ninterrupted: {what_was_recorded()}", err=True)
+            else:  # demo and smoke record in the lesson scripts they run, which say so themselves
+                click.echo("\ninterrupted.", err=True)
             ctx.exit(130)
+        except OSError as exc:
+            if output is None or exc is not output.error:
+                raise
+            silence_stdout()
+            recorded = f" {what_was_recorded()}" if ctx.invoked_subcommand in RECORDS_HERE else ""
+            fail(output_lost_message(exc) + recorded)
+            ctx.exit(EXIT_ERROR)
+        finally:
+            if sys.stdout is output:
+                sys.stdout = inner
 
 
 def require_extra(module: str, make_target: str) -> None:
@@ -121,14 +164,14 @@ def _run_script(script: str, *args: str, env: dict[str, str] | None = None) -> i
 @cli.command()
 def demo() -> None:
     """Lesson 06 on a fresh practice server: opening first, then time first; one table."""
-    before = len(read_records("06-prefix"))
+    before = sum(1 for _ in iter_records("06-prefix"))  # a row at a time: any file size
     with practice_server() as url:
         for order in ("stable-first", "variable-first"):
             click.echo(f"\n$ python prefix_bench.py --target mock --order {order}")
             code = _run_script(str(PREFIX_BENCH), "--target", "mock", "--base-url", url, "--order", order)
             if code:
                 raise FelabError(f"prefix_bench.py --order {order} failed (exit {code}); see above.")
-    rows = read_records("06-prefix")[before:]
+    rows = list(itertools.islice(iter_records("06-prefix"), before, None))
     columns = ("target", "order", "first_ms", "rest_p50_ms", "speedup_x", "cache_hit_pct")
     click.echo(f"\nLesson 06 on the practice server (recorded in {results_path('06-prefix')}):\n")
     click.echo(table([{k: r.get(k) for k in columns} for r in rows]))
@@ -205,10 +248,15 @@ def fw_check() -> None:
       FIREWORKS_ACCOUNT_ID=my-account python -m felab fw-check
     """
     require_extra("fireworks", "fw-check")
-    from felab.fireworks.billing import check  # imports the fireworks SDK: only when this command runs
+    from felab.fireworks.billing import CouldNotCheck, check, emit  # the fireworks SDK: only when this runs
 
-    text, status = check()
-    click.echo(text)
+    try:
+        text, status = check()
+    except CouldNotCheck as exc:
+        if exc.shown:  # what bills among what could be read, then the error
+            emit(exc.shown)
+        raise
+    emit(text)  # output it cannot write is "could not check" (exit 2), never exit 1
     sys.exit(status)
 
 
@@ -239,9 +287,10 @@ def bundle_build() -> None:
 @click.option("--port", default=8770, show_default=True, help="port on 127.0.0.1 (numbers are per address)")
 def bundle_serve(port: int) -> None:
     """Serve build/bundle/ on 127.0.0.1 until Ctrl+C."""
-    from felab.course import bundle as b
+    from felab.course.bundle import SITE
+    from felab.course.serve import served
 
-    with b.served(KIT_ROOT / b.SITE, port) as url:
+    with served(KIT_ROOT / SITE, port) as url:
         click.echo(f"the course pages: {url}  (Ctrl+C stops)")
         try:
             while True:
@@ -273,6 +322,8 @@ def numbers(fmt: str | None) -> None:
             f"nothing recorded yet under {nb.results_dir()}: run a lesson first "
             f"(`{from_here('make demo')}` does)."
         )
+        for line in nb.not_lesson_lines(found):  # a trace there is no run (felab agent-trace)
+            click.echo(f"  {line}")
         return
     click.echo(nb.as_text(found))
     for key, rows in found.items():
@@ -288,7 +339,8 @@ def numbers(fmt: str | None) -> None:
 @click.argument("number")
 @click.argument("name")
 def new_lesson(number: str, name: str) -> None:
-    """Create lessons/NUMBER-NAME/ with a README in the house sections and a runnable script.
+    """Create lessons/NUMBER-NAME/: a README in the house sections, a runnable script, its
+    course page (page.md) and its numbers (numbers.toml).
 
     \b
     Example:
@@ -299,7 +351,10 @@ def new_lesson(number: str, name: str) -> None:
     folder = create_lesson(number, name)
     files = ", ".join(sorted(p.name for p in folder.iterdir()))
     click.echo(f"created {folder.relative_to(KIT_ROOT)}/ ({files})")
-    click.echo("make smoke now runs it against the practice server.")
+    click.echo(
+        f"`{from_here('make smoke')}` now runs it against the practice server, and "
+        f"`{from_here('make bundle')}` builds its page."
+    )
 
 
 # Commands that live beside what they make.
@@ -311,3 +366,7 @@ from felab.replay.command import agent_trace_command, replay_command  # noqa: E4
 
 cli.add_command(replay_command)
 cli.add_command(agent_trace_command)
+
+from felab.calibrate.command import calibrate_command  # noqa: E402
+
+cli.add_command(calibrate_command)

@@ -8,12 +8,12 @@ banner(target)             # which server and model this run measures (never the
 from __future__ import annotations
 
 import argparse
-import re
+import json
 
 import openai
 
 from felab.errors import FelabError
-from felab.explain import explain
+from felab.explain import explain, not_openai
 from felab.paths import load_env
 from felab.targets import (
     LOOPBACK,
@@ -25,7 +25,9 @@ from felab.targets import (
     env_value,
     exposes_key,
     required_key,
+    root_problem,
 )
+from felab.urls import lower_scheme, scheme
 
 
 def resolve(args: argparse.Namespace) -> Target:
@@ -34,11 +36,15 @@ def resolve(args: argparse.Namespace) -> Target:
     name: str = args.target
     spec = TARGETS[name]
     flag = getattr(args, "base_url", None)
+    if not flag and not env_value(f"FELAB_{name.upper()}_URL") and (problem := root_problem(name)):
+        raise FelabError(problem)  # the service's root variable, advised as a root
     base_url = with_scheme(flag or default_url(name), "--base-url" if flag else url_source(name))
     if spec.key_env and exposes_key(base_url):
         raise FelabError(
             f"{base_url} is a plain http:// address: the {spec.key_env} would cross the network "
-            f"unencrypted. Use https:// (check --base-url, FELAB_{name.upper()}_URL or FIREWORKS_BASE_URL)."
+            f"unencrypted. Use https:// (check --base-url, FELAB_{name.upper()}_URL"
+            + (f" or {spec.root_env}" if spec.root_env else "")
+            + ")."
         )
 
     api_key = required_key(spec.key_env) if spec.key_env else NO_KEY
@@ -51,17 +57,19 @@ def resolve(args: argparse.Namespace) -> Target:
 
 def url_source(name: str) -> str:
     """The variable a target's address came from, as the learner set it (for a message)."""
-    if env_value(f"FELAB_{name.upper()}_URL"):
+    root_env = TARGETS[name].root_env
+    if env_value(f"FELAB_{name.upper()}_URL") or not root_env or not env_value(root_env):
         return f"FELAB_{name.upper()}_URL"
-    return "FIREWORKS_BASE_URL" if name == "fireworks" else f"FELAB_{name.upper()}_URL"
+    return root_env
 
 
 def with_scheme(url: str, source: str) -> str:
-    """`url` without a trailing slash; a FelabError if it lacks http:// or https:// (the client
-    would only say it could not connect)."""
+    """`url` without a trailing slash and with its scheme in lower case (`HTTP://` is `http://`:
+    see urls.py); a FelabError if it lacks http:// or https:// (the client would only say it
+    could not connect)."""
     url = url.rstrip("/")
-    if re.match(r"^https?://", url):
-        return url
+    if scheme(url) in ("http", "https"):
+        return lower_scheme(url)
     bare = url.split("://", 1)[-1]
     local = LOOPBACK.match(f"http://{bare}")
     fixed = f"{'http' if local else 'https'}://{bare}"  # a remote server: encrypted
@@ -70,11 +78,20 @@ def with_scheme(url: str, source: str) -> str:
 
 
 def served_model(target: Target) -> str:
-    """Ask a local server which model it serves (`GET /v1/models`)."""
-    try:
-        ids = [m.id for m in client(target, timeout=5.0).models.list()]
+    """Ask a local server which model it serves (`GET /v1/models`); a server whose answer is not
+    OpenAI's list of models is named as one that does not speak OpenAI's API."""
+    try:  # the reply as sent (the SDK's raw response), so a page that is not OpenAI's is seen as such
+        page = client(target, timeout=5.0).models.with_raw_response.list().text
     except openai.OpenAIError as exc:
         raise explain(exc, target) from exc
+    try:
+        listed: object = json.loads(page)
+    except ValueError:  # a web page, or nothing
+        listed = page
+    ids = model_ids(listed)
+    if ids is None:
+        kind = "a web page" if isinstance(listed, str) else "something other than a list of models"
+        raise not_openai(target, "GET /v1/models", 200, kind)
     if len(ids) == 1:
         return ids[0]
     if not ids:
@@ -84,6 +101,16 @@ def served_model(target: Target) -> str:
         f"The {target.name} server serves {len(ids)} models ({shown}). Pick one with --model, or set "
         f"FELAB_{target.name.upper()}_MODEL in .env."
     )
+
+
+def model_ids(listed: object) -> list[str] | None:
+    """The ids in OpenAI's list of models (`{"data": [{"id": ...}, ...]}`), or None if `listed`
+    is not one."""
+    data = listed.get("data") if isinstance(listed, dict) else None
+    if not isinstance(data, list):
+        return None
+    ids = [m.get("id") for m in data if isinstance(m, dict)]
+    return [i for i in ids if isinstance(i, str)] if len(ids) == len(data) else None
 
 
 class TargetClient(openai.OpenAI):

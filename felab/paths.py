@@ -10,22 +10,41 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dotenv import load_dotenv
+from dotenv import dotenv_values
 
 KIT_ROOT: Path = Path(__file__).resolve().parent.parent
 """The kit's root folder: README.md, Makefile, lessons/ and .env live here."""
 
-ENV_FILE: Path = KIT_ROOT / ".env"
+ENV_FILE: Path = Path(os.environ.get("FELAB_ENV_FILE") or KIT_ROOT / ".env")
+"""The kit's `.env`, or the file `$FELAB_ENV_FILE` names (the tests name one that does not exist,
+so a learner's own .env never reaches a script they run)."""
+
+LAB_ENV_FILE: Path = KIT_ROOT / "03-labs" / ".env"
+"""The `.env` the course names ("the .env file in 03-labs"): a link to ENV_FILE, committed, so
+both names are one file. Should an editor replace the link with a file of its own, that file is
+read too: its values fill those ENV_FILE leaves out or empty (ENV_FILE's win where both set one),
+unless $FELAB_ENV_FILE names the one file to read."""
 
 
 def load_env() -> None:
-    """Load `<kit root>/.env` into the environment, once.
+    """Load `<kit root>/.env` into the environment (and `03-labs/.env` if it is no longer a link
+    to it, see LAB_ENV_FILE).
 
-    Variables already set in the shell win over the file (python-dotenv's
-    `override=False`), so `FIREWORKS_API_KEY=... python prefix_bench.py` works
-    as a learner expects.
+    Called wherever a setting is read, so it runs many times: each call reads the file again
+    and adds only variables that are not set yet. A variable already set, by the shell or by
+    an earlier call, is kept (python-dotenv's `override=False`), so
+    `FIREWORKS_API_KEY=... python prefix_bench.py` works as a learner expects, and a value
+    changed in `.env` is seen by the next command, not by a process already running.
     """
-    load_dotenv(ENV_FILE, override=False)
+    values = dotenv_values(ENV_FILE) if ENV_FILE.is_file() else {}
+    replaced = LAB_ENV_FILE.is_file() and not LAB_ENV_FILE.is_symlink()  # an editor replaced the link
+    if replaced and not os.environ.get("FELAB_ENV_FILE"):  # a file named on purpose is the only one
+        for name, value in dotenv_values(LAB_ENV_FILE).items():
+            if value and not values.get(name):  # fills what the kit's file leaves empty (`KEY=`)
+                values[name] = value
+    for name, value in values.items():
+        if value is not None and name not in os.environ:  # what load_dotenv(override=False) does
+            os.environ[name] = value
 
 
 def results_dir() -> Path:

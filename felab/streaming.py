@@ -152,7 +152,8 @@ def stream_once(
             usage = chunk.usage or usage
             timings = getattr(chunk, "timings", None) or timings
     except openai.OpenAIError as exc:
-        if stream is not None:  # the reply had started: the stream was cut off mid-way
+        if stream is not None and isinstance(exc, openai.APIConnectionError):  # cut off mid-way
+            # (an error event inside the stream, as TGI sends one, is the server's answer: explained)
             raise cut_off(exc, _target(api), chunks) from exc
         raise explain(exc, _target(api)) from exc
     if ttft is None or last is None:  # no text at all: there is no first token to time

@@ -2,15 +2,17 @@
 
 Every lesson script takes the same three flags:
 
-    --target {mock,llamacpp,mlx,vllm,sglang,ollama,fireworks}
+    --target {mock,llamacpp,mlx,vllm,sglang,ollama,tgi,fireworks}
     --base-url URL     (default: the target's usual address, below)
     --model ID         (default: the target's usual model, or the one the server names)
 
 Where each value comes from, first match wins:
 
-    flag  >  FELAB_<TARGET>_URL / FELAB_<TARGET>_MODEL (shell or .env)  >  the default below
+    flag  >  FELAB_<TARGET>_URL / FELAB_<TARGET>_MODEL (shell or .env)  >  the engine's default
 
-Local servers that load exactly one model (llama.cpp, vLLM, SGLang, the practice
+The defaults, and everything else that differs from one engine to another, are in the
+engine registry (felab/engine_families/, one module per engine); this module only reads
+it. Local servers that load exactly one model (llama.cpp, vLLM, SGLang, TGI, the practice
 server) are asked for it at `GET /v1/models`, so nobody has to type a model id.
 """
 
@@ -18,59 +20,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import unicodedata
 from dataclasses import dataclass
 
 from felab import paths
+from felab.engine_families import ENGINES
+from felab.engine_families.family import LOOPBACK, Engine
+from felab.engine_families.fireworks import ROOT as FIREWORKS_ROOT
 from felab.errors import FelabError
 from felab.paths import load_env
+from felab.urls import scheme
 
-ASK_SERVER = None
-"""A default model of `None` means: ask the server's `/v1/models`."""
-
-
-@dataclass(frozen=True)
-class TargetSpec:
-    """A target's defaults: where it listens, its model, how to start it."""
-
-    url: str
-    model: str | None
-    start_hint: str
-    key_env: str | None = None
-    paid: bool = False
-
-
-FIREWORKS_ROOT = "https://api.fireworks.ai"
-"""Fireworks' root URL; `FIREWORKS_BASE_URL` (the variable its SDK reads) overrides it."""
-
-TARGETS: dict[str, TargetSpec] = {
-    "mock": TargetSpec("http://127.0.0.1:8765/v1", ASK_SERVER, "make mock"),
-    "llamacpp": TargetSpec(
-        "http://127.0.0.1:8080/v1",
-        ASK_SERVER,
-        "bash lessons/02-three-local-servers/serve_llamacpp.sh Q4_K_M 16384 4",
-    ),
-    # mlx_lm.server reads the request's `model` as a path or hub repo; the
-    # string "default_model" means "the model it was started with".
-    "mlx": TargetSpec(
-        "http://127.0.0.1:8081/v1", "default_model", "bash lessons/02-three-local-servers/serve_mlx.sh"
-    ),
-    "vllm": TargetSpec("http://127.0.0.1:8000/v1", ASK_SERVER, "vllm serve <model>"),
-    "sglang": TargetSpec(
-        "http://127.0.0.1:30000/v1", ASK_SERVER, "python -m sglang.launch_server --model-path <model>"
-    ),
-    "ollama": TargetSpec(
-        "http://127.0.0.1:11434/v1", ASK_SERVER, "bash lessons/02-three-local-servers/serve_ollama.sh"
-    ),
-    "fireworks": TargetSpec(
-        f"{FIREWORKS_ROOT}/inference/v1",
-        "accounts/fireworks/models/gpt-oss-120b",
-        "nothing to start: check your network and https://status.fireworks.ai",
-        key_env="FIREWORKS_API_KEY",
-        paid=True,
-    ),
-}
+TARGETS: dict[str, Engine] = ENGINES
+"""Every target by name: the engine registry (felab/engine_families/), one module per engine."""
 
 NO_KEY = "not-needed"
 """What local servers get as an API key: the client needs one, they ignore it."""
@@ -127,14 +89,16 @@ def env_value(name: str) -> str | None:
 
 
 def default_url(name: str) -> str:
-    """The URL a target uses when no flag says otherwise."""
+    """The URL a target uses when no flag says otherwise: FELAB_<TARGET>_URL, else its service's
+    root variable (FIREWORKS_BASE_URL) with the API's path added, else the table's."""
     load_env()
     url = env_value(f"FELAB_{name.upper()}_URL")
     if url:
         return url.rstrip("/")
-    if name == "fireworks":
-        return f"{fireworks_root()}/inference/v1"
-    return TARGETS[name].url
+    engine = TARGETS[name]
+    if engine.root_env and (root := env_value(engine.root_env)):
+        return f"{root.rstrip('/')}{engine.api_path}"
+    return engine.url
 
 
 def fireworks_root() -> str:
@@ -144,61 +108,56 @@ def fireworks_root() -> str:
     return (env_value("FIREWORKS_BASE_URL") or FIREWORKS_ROOT).rstrip("/")
 
 
-PORT_VARIABLES = {"llamacpp": "LLAMACPP_PORT", "mlx": "MLX_PORT", "ollama": "OLLAMA_PORT"}
-"""The variable each serve_*.sh script reads its port from."""
+def root_problem(name: str) -> str | None:
+    """What is wrong with target `name`'s root variable (FIREWORKS_BASE_URL), or None.
+
+    The variable is the service's ROOT, which the kit and the service's SDK add paths to
+    (/inference/v1 for inference, /v1/accounts/... for fw-check): an address without a scheme,
+    or one that already ends in an API path, would send every request somewhere else. The
+    advice is the root, for every use of the variable."""
+    engine = TARGETS[name]
+    load_env()
+    value = env_value(engine.root_env) if engine.root_env else None
+    if not value or not engine.root_env:
+        return None
+    root = value.rstrip("/")
+    bare = root.split("://", 1)[-1]
+    for tail in (engine.api_path, "/v1", "/inference"):
+        bare = bare.removesuffix(tail)
+    scheme = "http" if LOOPBACK.match(f"http://{bare}") else "https"  # another machine: encrypted
+    fixed = (
+        f"`{engine.root_env}={scheme}://{bare}` (in {paths.ENV_FILE}, or export it again in this "
+        f"terminal: an export wins over .env)"
+    )
+    if "://" not in root:
+        return (
+            f"{engine.root_env} is {value!r}, an address without http:// or https:// in front. Use {fixed}."
+        )
+    if bare != root.split("://", 1)[1]:
+        return (
+            f"{engine.root_env} is {value!r}, but it is the service's root: the kit adds "
+            f"{engine.api_path} to it for inference, and make fw-check /v1/accounts/... Use {fixed}."
+        )
+    return None
 
 
-def start_command(name: str, base_url: str) -> str:
+def start_command(name: str, base_url: str) -> str | None:
     """The command that starts target `name` listening at `base_url`, written for the learner's
-    folder: the table's, with the port added where the address is not the table's."""
-    command = TARGETS[name].start_hint
-    port = moved_port(name, base_url)
-    if port is None:
-        return paths.from_here(command)
-    if name in PORT_VARIABLES:
-        return f"{PORT_VARIABLES[name]}={port} {paths.from_here(command)}"
-    if name == "mock":
-        return f"{paths.from_here('.venv/bin/python')} -m felab.mock_server --port {port}"
-    return f"{command} --port {port}"
-
-
-LOOPBACK = re.compile(r"^https?://(127\.\d+\.\d+\.\d+|localhost|\[::1\])(:|/|$)")
-"""An address on this machine: a start command may name its port; plain http:// is safe there."""
+    folder (the table's, with the port added where the address is not the table's); None for a
+    service there is nothing to start."""
+    command = TARGETS[name].start_at(base_url)
+    return paths.from_here(command) if command else None
 
 
 def exposes_key(url: str) -> bool:
     """Would a key sent to `url` cross the network unencrypted (plain http:// to another machine)?"""
-    return url.startswith("http://") and not LOOPBACK.match(url)
-
-
-def port_of(url: str) -> int | None:
-    found = re.match(r"https?://[^/:]+:(\d+)", url)
-    return int(found.group(1)) if found else None
-
-
-def moved_port(name: str, base_url: str) -> int | None:
-    """The port of a local server of target `name` at `base_url`, if it is not the table's
-    (a start command must then say it); None for the usual port or a remote address."""
-    port = port_of(base_url)
-    local = LOOPBACK.match(base_url)
-    return port if local and port is not None and port != port_of(TARGETS[name].url) else None
+    return scheme(url) == "http" and not LOOPBACK.match(url)
 
 
 def cold_start_advice(target: Target) -> str:
     """What to do after a run whose call 1 was warm: where its numbers went, and how to empty
     `target`'s prefix cache so that call 1 of the next run is cold."""
-    if target.name == "mock":
-        root = target.base_url.removesuffix("/v1")
-        how = (
-            f"empty its cache with `curl -X POST {root}/admin/reset` (or restart it: Ctrl+C in its "
-            f"terminal, then `{paths.from_here('make mock')}`)"
-        )
-    elif target.is_paid:
-        how = (
-            f"wait: {target.name} keeps a cached prompt for minutes to hours and cannot be told to forget it"
-        )
-    else:
-        how = "restart the server (Ctrl+C in its terminal, then start it again with the same command)"
+    how = TARGETS[target.name].forget_cache(target)
     return (
         f"This run is recorded as warm; `{paths.from_here('make numbers')}` keeps offering your latest "
         f"cold one. For a cold start, {how}, and run again."

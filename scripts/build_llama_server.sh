@@ -28,7 +28,7 @@ case "${1:-}" in
   *) echo "build_llama_server.sh: takes no arguments (try --help)" >&2; exit 2 ;;
 esac
 
-KIT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+KIT_ROOT="$(cd -P "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 TOOLS="$KIT_ROOT/.tools"
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 JOBS="${JOBS:-$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)}"
@@ -78,9 +78,26 @@ cmake -S "$LLAMA" -B "$LLAMA/build" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release
   exit 1
 }
 
-echo "▸ building llama-server with $JOBS jobs at low priority (6 to 20 minutes on 2 cores)"
-echo "  log: $TOOLS/llama-server-build.log"
-nice -n 19 cmake --build "$LLAMA/build" --target llama-server -j "$JOBS" > "$TOOLS/llama-server-build.log" 2>&1 || {
+# progress: the build's step lines (Ninja's `[12/207] ...`, make's `[ 45%] ...`) as one line per
+# tenth done, with the time so far; the full output goes to the log.
+progress() {
+  local line pct next=10 start=$SECONDS ninja='^\[ *([0-9]+)/([0-9]+)\]' make='^\[ *([0-9]+)%\]'
+  while IFS= read -r line; do
+    if [[ "$line" =~ $ninja ]]; then pct=$((100 * BASH_REMATCH[1] / BASH_REMATCH[2]))
+    elif [[ "$line" =~ $make ]]; then pct=${BASH_REMATCH[1]}
+    else continue
+    fi
+    if ((pct >= next)); then
+      printf '  %3d%% built, %d min %02d s so far\n' "$pct" $(((SECONDS - start) / 60)) $(((SECONDS - start) % 60))
+      next=$((pct / 10 * 10 + 10))
+    fi
+  done
+}
+
+echo "▸ building llama-server with $JOBS jobs at low priority (6 to 20 minutes on 2 cores); a line per 10% done"
+echo "  full log: $TOOLS/llama-server-build.log"
+nice -n 19 cmake --build "$LLAMA/build" --target llama-server -j "$JOBS" 2>&1 |
+  tee "$TOOLS/llama-server-build.log" | progress || {
   tail -20 "$TOOLS/llama-server-build.log" >&2
   echo "build_llama_server.sh: the build failed; the full log is $TOOLS/llama-server-build.log" >&2
   exit 1

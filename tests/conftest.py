@@ -1,7 +1,12 @@
 """Shared fixtures: isolated state for every test, and a real practice server.
 
-Every test runs with its own results folder and without the developer's
-FELAB_* / FIREWORKS_* variables or .env, so nothing on this machine leaks in.
+The suite needs nothing of the machine it runs on, even a learner's in the middle of the
+course: every test runs with its own results folder and without the FELAB_* / FIREWORKS_*
+variables the learner exported or wrote in .env, for the whole session (so a session's
+practice server and every subprocess a test starts inherit none of them, whatever their
+`env=`); no test needs port 8765 free or taken (a learner's `make mock` may hold it), or
+a .venv in the checkout. A practice server a test starts is stopped however the test
+ends (felab/mock_server/launch.py: its own process group, and atexit as a last resort).
 """
 
 from __future__ import annotations
@@ -22,13 +27,32 @@ LESSON06 = KIT / "lessons" / "06-prefix-caching"
 PREFIX_BENCH = LESSON06 / "prefix_bench.py"
 
 
+LEARNERS = ("FELAB_", "FIREWORKS_")
+"""Prefixes of the variables a learner exports; none reaches a test."""
+
+
+def without_learners_variables(mp: pytest.MonkeyPatch, env_file: Path) -> None:
+    """Remove the learner's variables from os.environ (subprocesses inherit it) and their .env."""
+    for name in list(os.environ):
+        if name.startswith(LEARNERS):
+            mp.delenv(name)
+    mp.setattr(paths, "ENV_FILE", env_file)  # this process
+    mp.setenv("FELAB_ENV_FILE", str(env_file))  # the scripts and make targets a test runs
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_learner_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """For the whole session, before any session or module fixture starts a server or a build."""
+    with pytest.MonkeyPatch.context() as mp:
+        without_learners_variables(mp, tmp_path_factory.mktemp("env") / "no.env")
+        mp.setenv("FELAB_RESULTS_DIR", str(tmp_path_factory.mktemp("session-results")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """A private results dir, no inherited kit variables, and no .env."""
-    for name in list(os.environ):
-        if name.startswith(("FELAB_", "FIREWORKS_")):
-            monkeypatch.delenv(name)
-    monkeypatch.setattr(paths, "ENV_FILE", tmp_path / "no.env")
+    """A private results dir for this test, no inherited kit variables, and no .env."""
+    without_learners_variables(monkeypatch, tmp_path / "no.env")
     results = tmp_path / "results"
     monkeypatch.setenv("FELAB_RESULTS_DIR", str(results))
     return results

@@ -18,12 +18,15 @@ Fireworks' 401 body. A test shapes the behaviour through the attributes of
 what arrived in `requests`. It can also misbehave as a hostile or broken
 server would: redirect to another origin (`redirect_to`), trickle its replies
 (`trickle_s`), send a huge page (`huge_bytes`), gzip a reply nobody asked to be
-compressed (`gzip`), repeat the Authorization header in an error (`echo_key`),
-or stream a reply without text (`no_text`).
+compressed (`gzip`), repeat the Authorization header in an error (`echo_key`), as
+it came or encoded (`echo_as`: base64, `\\u` escapes, upper or lower case),
+stream a reply without text (`no_text`), or end page 1 of the deployments with
+an odd `nextPageToken` such as `false`, `0`, `[]`, `{}` or `null` (`page_1_token`).
 """
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import os
@@ -41,6 +44,40 @@ KEY = "fw_fake_4f9c2e7d1b8a6053"  # what the tests put in FIREWORKS_API_KEY; mus
 JOB_LISTS = ("supervisedFineTuningJobs", "batchInferenceJobs", "reinforcementFineTuningJobs", "dpoJobs")
 STATES = ("STATE_UNSPECIFIED", "CREATING", "READY", "UPDATING", "DELETING", "DELETED", "FAILED")
 BLOCK = 16  # tokens per cache block: cached_tokens is a multiple of it, as on a real paged cache
+REAL = object()
+"""`FakeFireworks.page_1_token`'s default: page 1 carries the real token (or none on a last page)."""
+
+
+ECHO_FORMS = {
+    "plain": lambda auth: auth,
+    "base64 of the header": lambda auth: base64.b64encode(auth.encode()).decode(),
+    "base64 of the key": lambda auth: base64.b64encode(auth.split()[-1].encode()).decode(),
+    "base64 of the header line": lambda auth: base64.b64encode(f"Authorization: {auth}".encode()).decode(),
+    "urlsafe base64, no padding": lambda auth: base64.urlsafe_b64encode(auth.encode()).decode().rstrip("="),
+    "urlsafe base64 of the key": lambda auth: base64.urlsafe_b64encode(auth.split()[-1].encode()).decode(),
+    "base64 of the key, no padding": lambda auth: (
+        base64.b64encode(auth.split()[-1].encode()).decode().rstrip("=")
+    ),
+    "\\u escapes": lambda auth: "".join(f"\\u{ord(c):04x}" for c in auth),
+    "\\u escapes, some": lambda auth: "".join(
+        f"\\u{ord(c):04X}" if i % 3 == 0 else c for i, c in enumerate(auth)
+    ),
+    "upper case": str.upper,
+    "lower case": str.lower,
+    "swapped case": str.swapcase,
+}
+"""How a broken server may repeat the Authorization header it was sent (`echo_as`)."""
+
+
+def leaked(text: str, key: str = KEY) -> list[str]:
+    """The forms of `key` still in `text`: the key in any case, or encoded as in ECHO_FORMS,
+    whole or the key alone."""
+    forms = {
+        **{f"{how} (header)": encode(f"Bearer {key}") for how, encode in ECHO_FORMS.items()},
+        **{f"{how} (key)": encode(key) for how, encode in ECHO_FORMS.items() if "key" not in how},
+    }
+    found = [how for how, form in forms.items() if form in text]
+    return found + (["the key, in some case"] if key.lower() in text.lower() else [])
 
 
 def error_body(message: str, code: str, param: str | None = None) -> dict[str, Any]:
@@ -121,6 +158,8 @@ class FakeFireworks:
     chat_error: tuple[int, dict] | None = None
     repeat_page_token: bool = False
     """Deployments: answer every page with the same nextPageToken (a broken server)."""
+    page_1_token: Any = REAL
+    """Deployments: page 1's nextPageToken is this JSON value instead (`False`, `0`, `[]`, `None`...)."""
     require_key: bool = True
     """False: answer without checking the key (the other origin a redirect points to)."""
     redirect_to: str | None = None
@@ -135,6 +174,8 @@ class FakeFireworks:
     """Control plane: gzip every reply, whatever Accept-Encoding said."""
     echo_key: int | None = None
     """Answer every request with this status, repeating its Authorization header in the message."""
+    echo_as: str = "plain"
+    """With echo_key: the header as it came, or encoded (a name in ECHO_FORMS)."""
     no_text: bool = False
     """Chat: a 200 stream with a role chunk, a finish and usage, but no content at all."""
     requests: list[Seen] = field(default_factory=list)
@@ -204,7 +245,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.fake.requests.append(Seen(method, parts.path, query, body))
         self.fake.headers.append({k: v for k, v in self.headers.items() if k.lower() != "authorization"})
         if self.fake.echo_key is not None:  # a broken server or proxy that repeats the credential
-            said = f"Unauthorized: Authorization: {self.headers.get('Authorization')} was rejected."
+            echoed = ECHO_FORMS[self.fake.echo_as](self.headers.get("Authorization") or "")
+            said = f"Unauthorized: Authorization: {echoed} was rejected."
             self._send(self.fake.echo_key, error_body(said, "UNAUTHORIZED"))
             return None
         if self.fake.require_key and self.headers.get("Authorization") != f"Bearer {self.fake.key}":
@@ -238,12 +280,16 @@ class _Handler(BaseHTTPRequestHandler):
                 items = self.fake.deployments.get(account, [])
                 if query.get("showDeleted", ["false"])[0] != "true":
                     items = [d for d in items if d.get("state") != "DELETED"]
-                return self._page("deployments", items, query, repeat=self.fake.repeat_page_token)
+                return self._page(
+                    "deployments", items, query, self.fake.repeat_page_token, self.fake.page_1_token
+                )
             if collection in JOB_LISTS:
                 return self._page(collection, self.fake.jobs.get(collection, []), query)
         self._send(404, error_body(f"path {path} not found", "NOT_FOUND"))
 
-    def _page(self, key: str, items: list, query: dict[str, list[str]], repeat: bool = False) -> None:
+    def _page(
+        self, key: str, items: list, query: dict[str, list[str]], repeat: bool = False, first: Any = REAL
+    ) -> None:
         """One page of a list: pageSize (default 50, values above 200 coerced), an opaque pageToken."""
         size = int(query.get("pageSize", ["0"])[0] or 0)
         size = 50 if size <= 0 else min(size, 200)
@@ -254,6 +300,8 @@ class _Handler(BaseHTTPRequestHandler):
             body["nextPageToken"] = "off-0"
         elif start + size < len(items):
             body["nextPageToken"] = f"off-{start + size}"
+        if start == 0 and first is not REAL:
+            body["nextPageToken"] = first
         self._send(200, body)
 
     # ── inference ──

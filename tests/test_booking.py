@@ -133,3 +133,126 @@ def test_a_cancelled_prefill_stops_its_blocks_clock_where_it_stopped() -> None:
     # Booked to be used until 1.04 s, but last used at 0.52 s: at 1.6 s they have expired.
     model = half_prefilled(ttl=1.0)
     assert model.book(prompt(list(range(100, 140))), 1, arrival=1.6, now=1.6).cached_tokens == 0
+
+
+@pytest.mark.parametrize("seats", [None, 4])
+@pytest.mark.parametrize("order", ["booked", "reversed"])
+def test_a_chain_of_hung_up_prompts_gives_back_all_the_time_no_live_prompt_needs(
+    order: str, seats: int | None
+) -> None:
+    # 60 prompts, each the last one plus 4 blocks (issue 22): each found the blocks of the one
+    # before it, booked but not yet computed. All hang up at 0.1 s, before their prefill ends.
+    # With 4 seats, 56 of them were waiting for a seat too: the seats come back with the lane.
+    model = PracticeModel(Settings(seats=seats))
+    chain = [model.book(prompt(list(range(4 * (k + 1)))), 50, arrival=0.0, now=0.0) for k in range(60)]
+    assert chain[-1].turn.end >= 0.015 + 60 * 4 * 64 / 2500  # 6.16 s of lane booked (more with seats)
+    for b in chain if order == "booked" else reversed(chain):
+        model.cancel(b, now=0.1)
+    # Only the 85 ms the first one really prefilled (0.015 to 0.1 s) was spent: a tiny prompt now
+    # waits as on an idle server, its overhead and its own 10 tokens.
+    tiny = model.book(prompt([], extra_tokens=10), 1, arrival=0.1, now=0.1)
+    assert tiny.ttft_s == pytest.approx(0.015 + 10 / 2500)
+    assert model.in_flight() == [(0, tiny.turn)]  # the gauges: one request, the tiny one
+
+
+def test_a_live_prompt_keeps_what_it_relies_on_and_only_that() -> None:
+    # Three prompts, each extending the last by 4 blocks. The first two hang up; the third is
+    # live and found all 8 of their blocks: that work stays in the lane for it. Then it hangs up
+    # too, and their claim goes with it.
+    model = PracticeModel(Settings())
+    a, b, c = (model.book(prompt(list(range(4 * k))), 1, arrival=0.0, now=0.0) for k in (1, 2, 3))
+    each = 4 * 64 / 2500  # 0.1024 s
+    model.cancel(a, now=0.02)
+    model.cancel(b, now=0.02)
+    assert c.turn.start == pytest.approx(0.015 + 2 * each)  # a's and b's blocks are computed for c
+    model.cancel(c, now=0.02)
+    tiny = model.book(prompt([], extra_tokens=10), 1, arrival=0.02, now=0.02)
+    assert tiny.turn.start == pytest.approx(0.035)  # a had prefilled 5 ms: spent; the rest given back
+
+
+# ── The twin's terms (issue 18): seats, attention, decode slowdown ──────────────
+
+
+def test_past_its_seats_a_request_waits_for_one_and_the_wait_is_in_its_ttft() -> None:
+    # 2 seats. A and B: one block each (64 tokens, 25.6 ms of prefill) and 400 reply tokens
+    # (399 x 2.5 ms = 997.5 ms after the first). A: first token at 15 + 25.6 = 40.6 ms, reply
+    # over at 1,038.1 ms. B: after A in the lane, 66.2 ms, over at 1,063.7 ms. C finds both
+    # seats taken: it is admitted when A's reply ends, and its first token comes 25.6 ms later.
+    model = PracticeModel(Settings(seats=2))
+    a, b, c = (model.book(prompt([k]), 400, arrival=0.0, now=0.0) for k in (1, 2, 3))
+    assert a.reply_end == pytest.approx(0.0406 + 0.9975) and b.first_token_at == pytest.approx(0.0662)
+    assert c.turn.ready_at == pytest.approx(1.0381)
+    assert c.ttft_s == pytest.approx(1.0381 + 0.0256)
+    running, waiting = gauges_at(model, 0.5)
+    assert (running, waiting) == (2, 1)  # vllm:num_requests_waiting counts C
+
+
+def test_a_hang_up_frees_its_seat_and_the_waiting_request_moves_up() -> None:
+    model = PracticeModel(Settings(seats=2))
+    a, _, c = (model.book(prompt([k]), 400, arrival=0.0, now=0.0) for k in (1, 2, 3))
+    assert model.cancel(a, now=0.5)  # A's client leaves mid-reply: C takes its seat at 0.5 s
+    assert c.turn.ready_at == pytest.approx(0.5) and c.first_token_at == pytest.approx(0.5256)
+    d = model.book(prompt([4]), 1, arrival=0.6, now=0.6)  # both seats held until ~1.06 and ~1.52 s
+    assert d.turn.ready_at == pytest.approx(0.0662 + 0.9975)
+
+
+def gauges_at(model: PracticeModel, now: float) -> tuple[int, int]:
+    turns = [turn for _, turn in model.in_flight()]
+    return sum(t.start <= now for t in turns), sum(t.start > now for t in turns)
+
+
+def test_seat_prefix_reuses_what_the_seat_last_read_and_picks_the_seat_that_shares_most() -> None:
+    # llama.cpp's cache: each seat keeps its last prompt. A (an opening of 40 blocks) and B (20
+    # other blocks) each take a seat; later, a question after A's opening takes A's seat and reads
+    # only its new block; a prompt sharing nothing with either reuses nothing.
+    model = PracticeModel(Settings(seats=2, cache_mode="seat-prefix"))
+    a = model.book(prompt(list(range(40))), 1, arrival=0.0, now=0.0)
+    b = model.book(prompt(list(range(100, 120))), 1, arrival=0.0, now=0.0)
+    again = model.book(prompt([*range(40), 999]), 1, arrival=5.0, now=5.0)
+    assert again.seat is a.seat and again.cached_tokens == 40 * 64
+    assert again.ttft_s == pytest.approx(0.015 + 64 / 2500)
+    # The very same prompt again: llama.cpp still reads its last token (it reports n - 1 cached).
+    same = model.book(prompt([*range(40), 999]), 1, arrival=5.5, now=5.5)
+    assert same.cached_tokens == 41 * 64 - 1 and same.ttft_s == pytest.approx(0.015 + 1 / 2500)
+    other = model.book(prompt(list(range(200, 210))), 1, arrival=6.0, now=6.0)
+    assert other.seat is b.seat and other.cached_tokens == 0  # the seat free longest (a's was used at 5 s)
+    # The seat now holds `other`'s prompt: B's opening is gone from it, as in llama.cpp.
+    assert model.book(prompt(list(range(100, 120))), 1, 7.0, 7.0).cached_tokens == 0
+
+
+def test_attention_makes_prefill_grow_with_the_context_already_read() -> None:
+    # prefill = uncached / 2,500 + 100 ns x uncached x (context before + uncached / 2)
+    model = PracticeModel(Settings(prefill_attention_ns=100))
+    cold = model.book(prompt(list(range(47)), 37), 5, arrival=0.0, now=0.0)
+    assert cold.ttft_s == pytest.approx(0.015 + 3045 / 2500 + 100e-9 * 3045 * 3045 / 2)  # 1,697 ms
+    again = model.book(prompt(list(range(47)), 50), 5, arrival=5.0, now=5.0)  # 3,008 cached, 50 new
+    assert again.ttft_s == pytest.approx(0.015 + 50 / 2500 + 100e-9 * 50 * (3008 + 25))  # 50.2 ms
+
+
+def test_each_further_stream_decoding_on_the_replica_slows_a_new_stream() -> None:
+    # interval = 1 / 400 x (1 + 0.5 x (streams - 1)): alone 2.5 ms; with one stream decoding, 3.75 ms
+    model = PracticeModel(Settings(decode_slowdown=0.5))
+    first = model.book(prompt([1]), 400, arrival=0.0, now=0.0)
+    second = model.book(prompt([2]), 10, arrival=0.1, now=0.1)
+    assert first.interval_s == pytest.approx(0.0025) and second.interval_s == pytest.approx(0.00375)
+    later = model.book(prompt([3]), 10, arrival=2.0, now=2.0)  # the first is over by then
+    assert later.interval_s == pytest.approx(0.0025)
+
+
+def test_the_wait_for_a_seat_counts_as_queue_time() -> None:
+    # One seat: the second request is admitted when the first reply ends (15 + 25.6 + 997.5 ms)
+    # and its prefill starts then: all of it after its overhead is queue (replay's queue column).
+    model = PracticeModel(Settings(seats=1))
+    model.book(prompt([1]), 400, arrival=0.0, now=0.0)
+    second = model.book(prompt([2]), 1, arrival=0.0, now=0.0)
+    assert second.queue_s == pytest.approx(1.0381 - 0.015)
+
+
+def test_a_seat_keeps_only_what_a_hung_up_prompt_had_read() -> None:
+    # seat-prefix: a 40-block prompt hangs up at 0.5 s, ~half read ((0.5 - 0.015) x 2,500 =
+    # 1,212 tokens: 18 whole blocks). The same prompt again reuses those 18 blocks from its seat.
+    model = PracticeModel(Settings(seats=1, cache_mode="seat-prefix"))
+    first = model.book(prompt(list(range(40))), 1, arrival=0.0, now=0.0)
+    model.cancel(first, now=0.5)
+    again = model.book(prompt(list(range(40))), 1, arrival=1.0, now=1.0)
+    assert again.cached_tokens == 18 * 64

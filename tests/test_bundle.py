@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from bundle_fixtures import LESSON06_SECTIONS, build_with_fixture, write_results
 
-from felab.course import bundle, numbers
+from felab.course import assemble, bundle, numbers
 from felab.errors import FelabError
 from felab.paths import KIT_ROOT
 
@@ -36,7 +36,7 @@ def page(site: Path, name: str) -> str:
 
 def lesson_pages() -> list[str]:
     """Every lesson with a page source, as its built page, in course order (by day, then number)."""
-    return [f"lessons/{p.lesson}.html" for p in bundle.collect_pages(KIT_ROOT) if p.lesson]
+    return [f"lessons/{p.lesson}.html" for p in assemble.collect_pages(KIT_ROOT) if p.lesson]
 
 
 def test_every_page_is_built(site: Path) -> None:
@@ -49,7 +49,7 @@ def test_all_fixes_is_the_troubleshooting_page_without_links_out_of_the_bundle(s
     html = page(site, "all-fixes.html")
     assert "every message the kit prints" in html
     assert 'href="all-fixes.html"' in page(site, "index.html")
-    plain = bundle.as_plain_links(
+    plain = assemble.as_plain_links(
         "See [the engines](engines.md#build), [top](#top) or [docs](https://x.org)."
     )
     assert plain == "See the engines (`engines.md#build` in the kit), [top](#top) or [docs](https://x.org)."
@@ -134,7 +134,7 @@ def test_wrap_up_embeds_every_number_and_its_csv(site: Path) -> None:
             r'<script type="application/json" id="felab-all-numbers">(.*?)</script>', html, re.DOTALL
         ).group(1)
     )
-    assert [d["field"] for d in data] == [f.key for f in numbers.NUMBERS["06-prefix-caching"]]
+    assert [d["field"] for d in data] == [f.key for f in numbers.declared()["06-prefix-caching"]]
     assert "2890 / 41,measured,2026-11-30 04:25 UTC,llamacpp" in html
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from bundle_fixtures import LESSON06_SECTIONS, build_with_fixture
 
-from felab.course.bundle import served
+from felab.course.serve import served
 from felab.paths import KIT_ROOT
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")

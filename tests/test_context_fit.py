@@ -18,7 +18,8 @@ from conftest import KIT, PREFIX_BENCH, run_script
 from fake_engines import fake_engine
 from fake_llamacpp import Seats, fake_llamacpp
 
-from felab.context_fit import LLAMACPP_DEFAULT_REPO, fits
+from felab.context_fit import fits
+from felab.engine_families.llamacpp import DEFAULT_REPO as LLAMACPP_DEFAULT_REPO
 from felab.mock_server.launch import practice_server, wait_until_serving
 
 SERVE = "bash ../02-three-local-servers/serve_llamacpp.sh"
@@ -171,3 +172,33 @@ def test_the_practice_server_with_a_small_context_and_following_the_advice(isola
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_day_2s_trap_on_the_practice_server_and_following_the_advice(isolated: Path) -> None:
+    # --seats 4 --context-tokens 8192: 2,048 tokens a seat, as llama.cpp's `-c 8192 -np 4`. Lesson
+    # 06's ~3,000-token opening is refused with llama.cpp's own body; the advice reads the seats
+    # from GET /props (as for llama.cpp) and keeps them, with room for the prompt in each.
+    with practice_server("--seats", "4", "--context-tokens", "8192") as url:
+        code, said = bench(url, "mock")
+    port = url.split(":")[2].split("/")[0]
+    assert code == 2 and not (isolated / "06-prefix.jsonl").exists()
+    assert "does not fit a seat of the practice server" in said and "(2,048 tokens)" in said
+    assert "between its 4 seats (8,192 in all)" in said
+    command = next(c for c in re.findall(r"`([^`]+)`", said) if "mock_server" in c)
+    assert command.endswith(f"-m felab.mock_server --seats 4 --context-tokens 16384 --port {port}")
+    # Following it literally, from the lesson folder the script ran in, on the port it used:
+    proc = subprocess.Popen(shlex.split(command), cwd=PREFIX_BENCH.parent, stdout=subprocess.DEVNULL)
+    try:
+        wait_until_serving(url, proc)
+        assert bench(url, "mock")[0] == 0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_the_practice_server_says_its_seats_when_it_starts() -> None:
+    from felab.mock_server.config import Settings
+    from felab.mock_server.serve import describe
+
+    assert "4 seats of 2,048 tokens (blocks cache)" in describe(Settings(seats=4, context_tokens=8192))
+    assert "seats" not in describe(Settings())

@@ -122,3 +122,17 @@ def test_the_bundle_builds_from_a_damaged_file(tmp_path: Path, monkeypatch, caps
     err = capsys.readouterr().err
     assert err.count(f"{path}:") == len(BAD_LINES)
     assert "06-prefix-usage.jsonl:1: skipped, its bytes are not UTF-8" in err
+
+
+def test_a_line_longer_than_any_row_is_skipped_unread(isolated: Path, monkeypatch, capsys) -> None:
+    # The cap is 64 MB; 1 KB here. The long line is read past in pieces, never held whole.
+    from felab import results
+
+    monkeypatch.setattr(results, "MAX_ROW_BYTES", 1024)
+    isolated.mkdir(parents=True, exist_ok=True)
+    long_line = json.dumps({**GOOD_FIRST, "pad": "x" * 3_000_000}).encode()
+    lines = [json.dumps(GOOD_FIRST).encode(), long_line, json.dumps(GOOD_LAST).encode()]
+    (isolated / "06-prefix.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    assert [r["first_ms"] for r in read_records("06-prefix")] == [900.0, 740.0]
+    err = capsys.readouterr().err
+    assert "06-prefix.jsonl:2: skipped, longer than 1,024 bytes, more than any row" in err

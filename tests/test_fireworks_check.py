@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 from click.testing import CliRunner, Result
 from conftest import KIT, run_felab
-from fake_fireworks import KEY, FakeFireworks, deployment, fireworks_env, job, serve
+from fake_fireworks import ECHO_FORMS, KEY, FakeFireworks, deployment, fireworks_env, job, leaked, serve
 
 from felab.cli import cli
 from felab.fireworks import transport
@@ -179,6 +179,40 @@ def test_a_page_token_that_repeats_is_could_not_check(fake: FakeFireworks) -> No
     assert len(fake.seen(DEPLOYMENTS)) == 2
 
 
+@pytest.mark.parametrize("token", [False, 0, [], {}, None, 1, True, ["off-200"]])
+def test_a_page_token_that_is_not_text_is_could_not_check(fake: FakeFireworks, token: object) -> None:
+    # A billing deployment on page 2, behind a token that is neither text nor the end of the
+    # list (Fireworks leaves it out, or sends "", on the last page): never "Nothing is billing".
+    fake.deployments["learner"] = [
+        *(deployment(f"idle-{i}", replicas=0) for i in range(200)),
+        deployment("p2"),
+    ]
+    fake.page_1_token = token
+    out = fw_check()
+    assert out.returncode == 2, out.stdout
+    assert "Nothing is billing" not in out.stdout and COULD_NOT in out.stderr
+    assert "page 1 of deployments ends with nextPageToken" in out.stderr
+    assert "neither the token of a next page" in " ".join(out.stderr.split())
+
+
+@pytest.mark.parametrize("token", ["", None])
+def test_a_page_that_plainly_says_it_is_the_last_ends_the_list(fake: FakeFireworks, token: object) -> None:
+    # "" is the API's own end of the list; null counts as one only when totalSize says every item
+    # has been read (here 3 of 3).
+    fake.deployments["learner"] = [deployment(f"idle-{i}", replicas=0) for i in range(3)]
+    fake.page_1_token = token
+    result = fw_check_here()
+    assert result.exit_code == 0, result.output
+    assert "Nothing is billing: 3 deployment(s) read" in result.stdout
+
+
+def test_null_with_a_total_that_says_more_is_could_not_check(fake: FakeFireworks) -> None:
+    fake.deployments["learner"] = [deployment(f"idle-{i}", replicas=0) for i in range(3)]
+    fake.override[DEPLOYMENTS] = (200, b'{"deployments": [], "nextPageToken": null, "totalSize": 3}')
+    result = fw_check_here()
+    assert result.exit_code == 2 and "nextPageToken null" in result.stderr
+
+
 def test_no_key_is_could_not_check_without_asking(fake: FakeFireworks, monkeypatch) -> None:
     monkeypatch.setenv("FIREWORKS_API_KEY", "")
     result = fw_check_here()
@@ -209,7 +243,29 @@ def test_a_base_url_with_a_path_is_could_not_check(monkeypatch) -> None:
     monkeypatch.setenv("FIREWORKS_API_KEY", KEY)
     monkeypatch.setenv("FIREWORKS_BASE_URL", "https://api.fireworks.ai/inference/v1")
     result = fw_check_here()
-    assert result.exit_code == 2 and "without /inference/v1" in result.stderr
+    said = " ".join(result.stderr.split())
+    assert result.exit_code == 2 and "Use `FIREWORKS_BASE_URL=https://api.fireworks.ai` (in" in said
+
+
+@pytest.mark.parametrize("scheme", ["http", "HTTP", "Http", "hTTp"])
+def test_plain_http_to_another_machine_is_refused_whatever_the_case(
+    fake: FakeFireworks, monkeypatch, scheme
+) -> None:
+    # 0.0.0.0 reaches this machine's fake, but is not a loopback address to the kit: it stands
+    # for another machine. A scheme is case-insensitive (RFC 3986), so HTTP:// is plain http too.
+    monkeypatch.setenv("FIREWORKS_BASE_URL", fake.url.replace("http://127.0.0.1", f"{scheme}://0.0.0.0"))
+    result = fw_check_here()
+    assert result.exit_code == 2, result.output
+    assert "a plain http:// address" in result.stderr and "Nothing is billing" not in result.output
+    assert fake.requests == []  # the key was never sent
+
+
+def test_an_upper_case_https_root_is_read(fake: FakeFireworks, monkeypatch) -> None:
+    # The same check lets HTTPS:// (and a loopback HTTP://) through: only the case differs.
+    monkeypatch.setenv("FIREWORKS_BASE_URL", fake.url.replace("http://", "HTTP://"))
+    result = fw_check_here()
+    assert result.exit_code == 0, result.output
+    assert f"({fake.url})" in result.stdout  # shown with the scheme as the kit compares it
 
 
 # ── Which account ─────────────────────────────────────────────────────────────
@@ -430,6 +486,45 @@ def test_a_200_mb_reply_is_refused_in_bounded_memory(fake: FakeFireworks) -> Non
     assert peak_mb < 200, peak_mb
 
 
+# ── Output it cannot write ────────────────────────────────────────────────────
+
+
+def fw_check_into(stdout: int) -> subprocess.CompletedProcess[str]:
+    """`python -m felab fw-check` with its standard output on `stdout` (a file descriptor)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "felab", "fw-check"],
+        cwd=KIT,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+        env=dict(os.environ),
+    )
+    assert KEY not in out.stderr and "Traceback" not in out.stderr and "Exception ignored" not in out.stderr
+    return out
+
+
+@pytest.mark.parametrize("billing", [False, True])
+@pytest.mark.parametrize("where", ["/dev/full", "a closed pipe"])
+def test_output_it_cannot_write_is_could_not_check(fake: FakeFireworks, billing: bool, where: str) -> None:
+    # Exit 1 means "billing" and 0 "nothing is": a report nobody could read is neither.
+    if billing:
+        fake.deployments["learner"] = [deployment("bills")]
+    if where == "/dev/full":
+        fd = os.open("/dev/full", os.O_WRONLY)
+    else:
+        read_end, fd = os.pipe()
+        os.close(read_end)  # closed before fw-check writes a byte
+    try:
+        out = fw_check_into(fd)
+    finally:
+        os.close(fd)
+    assert out.returncode == 2, out.stderr
+    said = " ".join(out.stderr.split())
+    assert COULD_NOT in said and "its report could not be written" in said
+    assert ("No space left on device" if where == "/dev/full" else "Broken pipe") in said
+
+
 # ── Debug mode and keys the server repeats ────────────────────────────────────
 
 
@@ -453,6 +548,26 @@ def test_a_key_repeated_by_the_server_is_never_printed(fake: FakeFireworks, monk
         assert out.returncode == 2 and "Traceback" in out.stderr
         assert KEY not in out.stdout + out.stderr
         assert f"HTTP {status}" in out.stderr or f"Error code: {status}" in out.stderr
+
+
+@pytest.mark.parametrize("how", sorted(ECHO_FORMS))
+def test_a_key_the_server_repeats_encoded_is_never_printed(fake: FakeFireworks, how: str) -> None:
+    # base64 of `Bearer KEY` (or of the key, or of the header line), \u escapes, another case.
+    fake.echo_key, fake.echo_as = 401, how
+    out = fw_check()
+    said = out.stdout + out.stderr
+    assert out.returncode == 2 and "HTTP 401" in out.stderr
+    assert not leaked(said), said
+    assert "<FIREWORKS_API_KEY" in said or "<redacted" in said
+
+
+def test_a_long_message_is_cut_after_the_key_is_taken_out(monkeypatch) -> None:
+    # Cut first, a key straddling the cut would leave its first characters, matched by nothing.
+    from felab.fireworks.billing import _server_words
+
+    monkeypatch.setenv("FIREWORKS_API_KEY", KEY)
+    said = _server_words({"error": {"message": "x" * 290 + KEY + " rejected"}})
+    assert KEY[:8] not in said and said == "x" * 290 + "<FIREWORKS"
 
 
 def test_a_key_in_a_deployment_name_is_not_printed(fake: FakeFireworks) -> None:

@@ -14,12 +14,14 @@ from collections.abc import Iterator
 import pytest
 from conftest import PREFIX_BENCH, run_script
 from fake_fireworks import (
+    ECHO_FORMS,
     KEY,
     MODEL,
     RATE_LIMITED,
     SCALING_UP,
     FakeFireworks,
     fireworks_env,
+    leaked,
 )
 
 from felab.prices import PRICES, Price, cost_line, price_for
@@ -124,6 +126,64 @@ def test_a_key_the_server_repeats_is_never_printed_or_recorded(
     assert "Bearer <redacted>" in out.stderr or "<FIREWORKS_API_KEY>" in out.stderr
     assert ("Traceback" in out.stderr) is debug
     assert not list(isolated.glob("*.jsonl"))  # nothing recorded
+
+
+@pytest.mark.parametrize("buffered", [True, False])
+@pytest.mark.parametrize("where", ["/dev/full", "a closed pipe"])
+def test_output_a_lesson_cannot_write_is_one_message_not_a_traceback(
+    fake: FakeFireworks, isolated, where: str, buffered: bool
+) -> None:
+    # A lesson's output on a full disk, or into a pipe closed early: exit 2 with one paragraph
+    # on stderr that says what was recorded, never Python's traceback. Buffered (Python's
+    # default into a file or pipe), the output fails when it is flushed at the end, after the
+    # row was recorded; unbuffered (PYTHONUNBUFFERED=1), at the first line, before any.
+    import os
+    import subprocess
+    import sys
+
+    if where == "/dev/full":
+        fd = os.open("/dev/full", os.O_WRONLY)
+    else:
+        read_end, fd = os.pipe()
+        os.close(read_end)
+    try:
+        out = subprocess.run(
+            [sys.executable, str(PREFIX_BENCH), "--target", "fireworks", "--quick"],
+            cwd=PREFIX_BENCH.parent,
+            stdout=fd,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            env={k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED" or not buffered},
+        )
+    finally:
+        os.close(fd)
+    said = " ".join(out.stderr.split())
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr and "Exception ignored" not in out.stderr
+    assert said.startswith("error: this run's output could not be written")
+    rows = isolated / "06-prefix.jsonl"
+    if buffered:
+        assert "this run recorded 1 row before it stopped" in said
+        assert len(rows.read_text().splitlines()) == 1
+    else:
+        assert "this run recorded nothing" in said and not rows.exists()
+
+
+@pytest.mark.parametrize("how", sorted(ECHO_FORMS))
+@pytest.mark.parametrize("status", [401, 429, 500])
+def test_a_key_the_server_repeats_encoded_is_never_in_the_paragraph(
+    fake: FakeFireworks, isolated, status: int, how: str
+) -> None:
+    # Lesson 06's 401, 429 and 500 paragraphs show the server's words: never the key in them,
+    # base64-encoded (of `Bearer KEY`, of the key, of the header line), \u-escaped, or in another case.
+    fake.echo_key, fake.echo_as = status, how
+    out = bench()
+    said = out.stdout + out.stderr
+    assert out.returncode == 2 and f"HTTP {status}" in out.stderr
+    assert not leaked(said), said
+    assert "<FIREWORKS_API_KEY" in said or "<redacted" in said
+    assert not list(isolated.glob("*.jsonl"))
 
 
 def test_a_reply_without_text_is_an_error_and_records_nothing(fake: FakeFireworks, isolated) -> None:

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from felab.mock_server.cache import BLOCK_TOKENS, PrefixCache, block_keys, tokenize
 from felab.mock_server.config import DEFAULTS
-from felab.mock_server.fleet import Fleet, rendezvous
+from felab.mock_server.fleet import Fleet, Weights, rendezvous
 from felab.mock_server.launch import practice_server
 from felab.mock_server.serve import main as server_main
 
@@ -55,15 +55,66 @@ def test_affinity_pins_a_session_and_falls_back_to_seeded_random() -> None:
     assert [pick(again, OPENING, None, 0.0).index for _ in range(40)] == no_session  # same seed, same draws
 
 
-def test_prefix_route_follows_the_cache_and_spreads_cold_prompts() -> None:
+def test_prefix_route_follows_the_cache_unless_that_replica_is_far_busier() -> None:
     f = fleet("prefix")
     f.replicas[2].cache.insert(block_keys(OPENING), used_at=0.0)
     assert pick(f, OPENING + tokenize("question"), None, 0.0).index == 2
     f.replicas[2].lane.free_at = 100.0  # replica 2 is busy for 100 s: cold elsewhere is sooner
     assert pick(f, OPENING, None, 0.0).index != 2
-    cold = tokenize("something nobody has seen " * 40)
-    f.replicas[0].lane.free_at = 1.0
-    assert pick(f, cold, None, 0.0).index == 1  # none holds it: the least loaded (then the lowest index)
+
+
+def test_prefix_cost_is_dynamos_prefill_blocks_plus_the_blocks_being_served() -> None:
+    # OPENING is 923 tokens: 14 full blocks of 64 (896 tokens) cached on replica 1, which also
+    # serves requests of 1,000 tokens in all; replica 3 is idle and holds nothing.
+    f = fleet("prefix")
+    f.replicas[1].cache.insert(block_keys(OPENING), used_at=0.0)
+    for r in (0, 2):
+        f.replicas[r].active_tokens = 10_000  # far busier than either
+    prompt = OPENING + tokenize("question " * 10)  # 923 + 23 = 946 tokens
+    f.replicas[1].active_tokens = 1_000
+    # replica 1: (946 - 896 + 1,000) / 64 = 16.4 blocks; replica 3: 946 / 64 = 14.8: the idle one wins
+    assert f.cost(f.replicas[1], 946 - 896, 0.015) == pytest.approx((946 - 896 + 1000) / 64)
+    assert pick(f, prompt, None, 0.0).index == 3
+    f.replicas[1].active_tokens = 700  # (50 + 700) / 64 = 11.7 < 14.8: the cache is worth the load
+    assert pick(f, prompt, None, 0.0).index == 1
+
+
+def test_prefix_route_draws_ties_with_the_seed_instead_of_taking_replica_0() -> None:
+    cold = [tokenize(f"prompt {i} nobody has seen " * 20) for i in range(400)]
+    f = fleet("prefix", n=8)
+    picked = [pick(f, tokens, None, 0.0).index for tokens in cold]  # each cached where it went
+    spread = Counter(picked)
+    assert len(spread) == 8 and max(spread.values()) < 2 * 400 / 8  # spread, not piled on 0
+    again = fleet("prefix", n=8)
+    assert [pick(again, tokens, None, 0.0).index for tokens in cold] == picked  # same seed, same draws
+    other = fleet("prefix", n=8, seed=1)
+    assert [pick(other, tokens, None, 0.0).index for tokens in cold] != picked
+
+
+def test_a_temperature_samples_the_replicas_by_cost_with_the_seed() -> None:
+    # Dynamo's softmax over costs normalised by the highest: replica 0 serves 4,000 tokens, the
+    # others nothing. Costs in blocks: 70.3 and 7.8 (a 500-token prompt); normalised 1 and 0.11.
+    # At temperature 0.5 each idle replica weighs e^(0.89/0.5) = 5.9 times replica 0.
+    def draws(seed: int) -> list[int]:
+        f = Fleet(4, "prefix", (4096, BLOCK_TOKENS, None), DEFAULTS.timing, seed, Weights(temperature=0.5))
+        f.replicas[0].active_tokens = 4000
+        return [pick(f, tokenize("x" * 2000), None, 0.0).index for _ in range(600)]
+
+    got = Counter(draws(0))
+    assert 600 / (1 + 3 * 5.9) * 0.5 < got[0] < 600 / (1 + 3 * 5.9) * 1.6  # about 32 of 600
+    assert all(got[i] > 120 for i in (1, 2, 3)) and draws(0) == draws(0) != draws(1)
+
+
+def test_a_cold_prompt_goes_to_the_replica_caching_least() -> None:
+    # Below the cache threshold (0.3 of the prompt) a match does not count: SGLang's smallest tree.
+    f = fleet("prefix")
+    prompt = OPENING + tokenize("a long new question " * 200)  # 896 of 1,923 tokens cached: 0.47
+    f.replicas[0].cache.insert(block_keys(OPENING), used_at=0.0)
+    assert pick(f, prompt, None, 0.0).index == 0
+    longer = OPENING + tokenize("a much longer new question " * 400)  # 896 of 3,623: 0.25, cold
+    for r in (1, 2):
+        f.replicas[r].cache.insert(block_keys(tokenize(f"other {r} " * 100)), used_at=0.0)
+    assert pick(f, longer, None, 0.0).index == 3  # the only replica holding nothing
 
 
 def test_a_single_replica_ignores_the_route() -> None:
@@ -145,4 +196,4 @@ def test_the_cache_expires_after_an_idle_spell() -> None:
 )
 def test_bad_fleet_flags_are_refused_before_starting(flags: list[str]) -> None:
     result = CliRunner().invoke(server_main, flags)
-    assert result.exit_code == 2 and "Invalid value" in result.output
+    assert result.exit_code == 2 and f"Error: {flags[0]} must be" in result.output

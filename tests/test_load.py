@@ -17,7 +17,7 @@ import openai
 import pytest
 from test_hang_ups import Together, booked_tokens, hang_up, tiny_wait
 
-from felab.course import bundle
+from felab.course import serve
 from felab.mock_server import metrics
 from felab.mock_server.launch import practice_server
 
@@ -59,6 +59,30 @@ def test_hung_up_clients_across_four_replicas() -> None:
         assert booked_tokens(url) > 40 * 2900
         for _ in range(4):  # one tiny request lands on each replica
             assert tiny_wait(url, True) < 3.0
+
+
+def test_a_chain_of_hung_up_prompts_each_extending_the_last_leaves_no_queue() -> None:
+    # Issue 22: 60 streamed prompts share a ~3,000-token opening, each the last one plus ~400
+    # tokens, so each finds the blocks of the one booked before it (~10.8 s of prefill in all).
+    # Every client closes 0.5 s after it sent, before its prefill ends. A tiny request then
+    # waited ~10 s while the gauges read 0/0. Allowed: 3 s (an idle server: ~20 ms).
+    opening = "".join(f"rule {i}: answer briefly. " for i in range(500))  # ~3,000 tokens
+
+    def send(k: int) -> None:
+        text = opening + "".join(f"question {j} of the chain goes here. " * 50 for j in range(k + 1))
+        api = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=0.5)
+        with pytest.raises(openai.APITimeoutError):
+            for _ in api.chat.completions.create(
+                model="felab-practice", messages=[{"role": "user", "content": text}], stream=True
+            ):
+                pass
+
+    with practice_server() as url:
+        Together(*(lambda k=k: send(k) for k in range(60))).join()  # 10 ms apart, in order
+        assert booked_tokens(url) > 60 * 3000
+        assert tiny_wait(url, True) < 3.0
+        m = metrics.scrape(url)
+        assert (m["vllm:num_requests_running"], m["vllm:num_requests_waiting"]) == (0, 0)
 
 
 # ── Slow and idle clients: the practice server ────────────────────────────────
@@ -135,12 +159,20 @@ def test_the_defaults_close_a_silent_connection() -> None:
 # ── Slow and idle clients: bundle-serve ──────────────────────────────────────
 
 
-def test_bundle_serve_closes_silent_and_trickling_connections(tmp_path: Path, monkeypatch) -> None:
+def test_bundle_serve_closes_silent_and_trickling_connections(tmp_path: Path) -> None:
     site = tmp_path / "site"
     site.mkdir()
     (site / "index.html").write_text("<p>the course</p>")
-    monkeypatch.setattr(bundle._Site, "timeout", 1.0)  # SERVE_TIMEOUT_S is 10 s in use
-    with bundle.served(site) as url:
+    with serve.served(site, timeout_s=1.0) as url:  # serve.TIMEOUT_S is 10 s in use
         assert closed_within(connect(url), 4.0) < 4.0
         head = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 200
         assert closed_within(connect(url), 4.0, trickle=head) < 4.0
+
+
+def test_bundle_serve_closes_a_silent_connection_after_10_s(tmp_path: Path) -> None:
+    # As `make bundle-serve` runs: serve.TIMEOUT_S, 10 s. Allowed: 9 to 14 s.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text("<p>the course</p>")
+    with serve.served(site) as url:
+        assert 9.0 < closed_within(connect(url), 14.0) < 14.0

@@ -7,9 +7,11 @@ what that printed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,20 +24,26 @@ from conftest import KIT, LESSON06, PREFIX_BENCH, run_felab, run_script
 
 from felab import record
 from felab.course import numbers
-from felab.course.bundle import measured_note
+from felab.course.forms import measured_note
 from felab.mock_server.launch import free_port, practice_server, wait_until_serving
 from felab.mock_server.serve import port_is_free
+from felab.paths import from_here
 
 LABS = KIT / "03-labs"
 
 
 def make(folder: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """`make ARGS` typed in `folder`, as in a learner's shell (PWD set, not inside another make)."""
+    """`make ARGS` typed in `folder`, as in a learner's shell (PWD set, not inside another make).
+
+    With this test's Python (`PY=`) and a stamp that says it is installed (`STAMP=`): a target
+    that runs runs the kit's code as it is, and never builds a .venv in the checkout.
+    """
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     env["PWD"] = str(folder)
-    return subprocess.run(
-        ["make", *args], cwd=folder, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    stamp = Path(env.get("FELAB_RESULTS_DIR", "/tmp")).parent / "installed.stamp"
+    stamp.touch()  # newer than pyproject.toml: make sees the kit installed
+    made = ["make", *args, f"PY={sys.executable}", f"STAMP={stamp}"]
+    return subprocess.run(made, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def backticked(text: str) -> list[str]:
@@ -80,7 +88,7 @@ def test_numbers_offer_the_latest_cold_run_and_say_a_later_one_was_warm(isolated
         row("2026-11-30T04:00:00+00:00", 740.0, 36.0, warm=False),
         row("2026-11-30T04:10:00+00:00", 15.0, 11.0, warm=True),
     )
-    field = numbers.NUMBERS["06-prefix-caching"][0]
+    field = numbers.declared()["06-prefix-caching"][0]
     got = numbers.measured(field.source)
     assert got is not None and got["value"] == "740 / 36" and got["warm"] is False
     assert "latest cold run" in got["note"] and "2026-11-30 04:10 UTC started warm" in got["note"]
@@ -95,7 +103,7 @@ def test_numbers_offer_the_latest_cold_run_and_say_a_later_one_was_warm(isolated
 
 def test_numbers_say_when_the_only_run_was_warm(isolated: Path) -> None:
     write_rows(isolated, row("2026-11-30T04:10:00+00:00", 15.0, 11.0, warm=True))
-    got = numbers.measured(numbers.NUMBERS["06-prefix-caching"][0].source)
+    got = numbers.measured(numbers.declared()["06-prefix-caching"][0].source)
     assert got is not None and got["warm"] is True and "started warm" in got["note"]
     text = " ".join(run_felab("numbers").stdout.split())
     assert "15 / 11" in text and "is no cold figure" in text
@@ -103,7 +111,7 @@ def test_numbers_say_when_the_only_run_was_warm(isolated: Path) -> None:
 
 def test_rows_without_warm_start_count_as_cold(isolated: Path) -> None:
     write_rows(isolated, row("2026-11-30T04:00:00+00:00", 900.0, 80.0, warm=None))
-    got = numbers.measured(numbers.NUMBERS["06-prefix-caching"][0].source)
+    got = numbers.measured(numbers.declared()["06-prefix-caching"][0].source)
     assert got is not None and got["value"] == "900 / 80" and got["note"] == ""
 
 
@@ -280,13 +288,21 @@ def test_each_course_page_target_runs_from_the_lab_book_folder(target: str) -> N
     assert "No rule to make target" not in out.stderr
 
 
-def test_make_check_in_the_lab_book_folder_prints_commands_for_that_folder() -> None:
+def test_make_check_in_the_lab_book_folder_prints_commands_for_that_folder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The practice server's address is one nothing listens on: a learner's `make mock` may hold 8765.
+    port = free_port()
+    monkeypatch.setenv("FELAB_MOCK_URL", f"http://127.0.0.1:{port}/v1")
     out = make(LABS, "check")
     assert out.returncode == 0, out.stderr
     line = next(x for x in out.stdout.splitlines() if x.startswith("llamacpp"))
     assert "bash ../lessons/02-three-local-servers/serve_llamacpp.sh" in line  # works from 03-labs/
-    mock_line = next(x for x in out.stdout.splitlines() if x.startswith("mock"))
-    assert "start: make mock" in mock_line  # make targets work there as typed
+    mock_line = " ".join(next(x for x in out.stdout.splitlines() if x.startswith("mock")).split())
+    assert f"down (start: ../.venv/bin/python -m felab.mock_server --port {port})" in mock_line
+    # and a make target is written as typed there (03-labs/Makefile forwards it), not `make -C ..`
+    monkeypatch.setenv("FELAB_CALLER_DIR", str(LABS))
+    assert from_here("make mock") == "make mock"
 
 
 # ── 2. A Python without the kit gets the exact command, not ModuleNotFoundError ──
@@ -399,3 +415,222 @@ def test_a_base_url_without_v1_says_so(mock_url: str) -> None:
     said = " ".join(out.stderr.split())
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert f"`--base-url {mock_url}`" in said
+
+
+# ── Issue 20: where a server cannot be reached, the cause, and advice that works ──
+
+
+@pytest.fixture
+def fireworks_fake(monkeypatch: pytest.MonkeyPatch):
+    from fake_fireworks import fireworks_env
+
+    with fireworks_env(monkeypatch) as running:
+        yield running
+
+
+def fireworks_bench(monkeypatch: pytest.MonkeyPatch, root: str) -> tuple[int, str]:
+    monkeypatch.setenv("FIREWORKS_BASE_URL", root)
+    out = run_script(PREFIX_BENCH, "--target", "fireworks", "--quick", timeout=60)
+    assert "Traceback" not in out.stderr
+    return out.returncode, " ".join(out.stderr.split())
+
+
+def test_a_name_that_does_not_resolve_is_not_nothing_listening(fireworks_fake, monkeypatch) -> None:
+    code, said = fireworks_bench(monkeypatch, "https://api.fireworks.invalid")
+    assert code == 2 and "The name api.fireworks.invalid does not resolve" in said
+    assert "nothing is listening" not in said and "nothing to start" not in said
+    assert "FIREWORKS_BASE_URL (the service's root; unset, https://api.fireworks.ai)" in said
+    assert fireworks_bench(monkeypatch, fireworks_fake.url)[0] == 0  # the address corrected
+
+
+def test_no_name_server_is_no_network(fireworks_fake, monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+    import socket
+
+    from felab import FelabError, add_target_args, client, resolve, stream_once
+
+    monkeypatch.setenv("FIREWORKS_BASE_URL", "https://api.fireworks.ai")  # the usual name: not a typo
+    target = resolve(add_target_args(argparse.ArgumentParser()).parse_args(["--target", "fireworks"]))
+    with monkeypatch.context() as offline:  # what getaddrinfo says with no network
+        lookup_fails = socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        offline.setattr(socket, "getaddrinfo", lambda *a, **k: (_ for _ in ()).throw(lookup_fails))
+        with pytest.raises(FelabError) as caught:
+            stream_once(client(target), target.model, [{"role": "user", "content": "hi"}])
+    said = caught.value.message
+    assert "Could not look up api.fireworks.ai" in said and "seems to have no network" in said
+    assert "nothing is listening" not in said
+    # Connected again (names resolve), the same call gets through: here to the fake, by name.
+    monkeypatch.setenv("FIREWORKS_BASE_URL", fireworks_fake.url.replace("127.0.0.1", "localhost"))
+    target = resolve(add_target_args(argparse.ArgumentParser()).parse_args(["--target", "fireworks"]))
+    assert stream_once(client(target), target.model, [{"role": "user", "content": "hi"}]).ttft_ms > 0
+
+
+@pytest.mark.parametrize("typed", ["{host}", "{root}/inference/v1", "{root}/v1/"])
+def test_fireworks_base_url_is_advised_as_the_root_and_works_for_both_uses(
+    fireworks_fake, monkeypatch: pytest.MonkeyPatch, typed: str
+) -> None:
+    root = fireworks_fake.url
+    value = typed.format(host=root.removeprefix("http://"), root=root)
+    code, said = fireworks_bench(monkeypatch, value)
+    assert code == 2 and said.startswith(f"error: FIREWORKS_BASE_URL is {value!r}")
+    assert f"Use `FIREWORKS_BASE_URL={root}` (in" in said and "inference/v1`" not in said
+    monkeypatch.setenv("FIREWORKS_BASE_URL", value)
+    check = " ".join(run_felab("fw-check", timeout=60).stderr.split())
+    assert f"Use `FIREWORKS_BASE_URL={root}` (in" in check  # make fw-check: the same advice
+    assert fireworks_bench(monkeypatch, root)[0] == 0  # following it: the lesson
+    assert run_felab("fw-check", timeout=60).returncode == 0  # and make fw-check
+
+
+def test_the_public_name_is_advised_with_https(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FIREWORKS_API_KEY", "fw_test_key_0000")
+    code, said = fireworks_bench(monkeypatch, "api.fireworks.ai/inference/v1")
+    assert code == 2 and "Use `FIREWORKS_BASE_URL=https://api.fireworks.ai` (in" in said
+
+
+@pytest.fixture
+def web_server(tmp_path: Path):
+    """A web server that is not an LLM server: Python's own, serving a folder."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("model", [[], ["--model", "m"]], ids=["asked", "given"])
+def test_a_web_server_that_is_not_an_llm_server_is_named(web_server: str, mock_url: str, model) -> None:
+    out = run_script(PREFIX_BENCH, "--base-url", web_server, *model, "--quick")
+    said = " ".join(out.stderr.split())
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert f"The server at {web_server} answered" in said and "a text/html page" in said
+    assert "a web server is there, but not one that speaks OpenAI's API" in said
+    assert "no model ''" not in said and "restart" not in said and "<html" not in said.lower()
+    assert "`make -C ../.. check`" in said
+    assert run_script(PREFIX_BENCH, "--base-url", mock_url, "--quick").returncode == 0  # an LLM server's
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "what"),
+    [(404, b'{"detail":"Not Found"}', "the words 'Not Found'"), (200, b'{"status":"ok"}', "something other")],
+    ids=["404", "200-not-a-list"],
+)
+def test_a_json_api_that_is_not_an_llm_server_is_named_too(
+    mock_url: str, status: int, body: bytes, what: str
+) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class FastApiLike(BaseHTTPRequestHandler):  # a JSON API with other routes
+        def log_message(self, *_: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            data = body
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FastApiLike)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        out = run_script(PREFIX_BENCH, "--target", "vllm", "--base-url", url, "--quick")
+    finally:
+        server.shutdown()
+        server.server_close()
+    said = " ".join(out.stderr.split())
+    assert (
+        out.returncode == 2 and f"The server at {url} answered GET /v1/models with HTTP {status} and" in said
+    )
+    assert what in said
+    assert "not one that speaks OpenAI's API" in said and "no model ''" not in said
+    assert run_script(PREFIX_BENCH, "--base-url", mock_url, "--quick").returncode == 0  # an LLM server's
+
+
+@pytest.fixture(params=["reset", "close"])
+def resets(request: pytest.FixtureRequest):
+    """A program that accepts each connection and drops it without an answer, as a server at its
+    limit, or something that is not an HTTP server, can: reset at once (SO_LINGER 0), or read
+    the request and close (the client sees "disconnected without sending a response")."""
+    import struct
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            if request.param == "reset":
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            else:
+                conn.settimeout(2)
+                with contextlib.suppress(OSError):
+                    read = b""
+                    while b"\r\n\r\n" not in read and (more := conn.recv(65536)):
+                        read += more
+                    conn.shutdown(socket.SHUT_WR)  # an orderly close, no reply
+                    time.sleep(0.05)
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1]
+    stop.set()
+    thread.join(timeout=5)
+    listener.close()
+
+
+def test_a_server_that_accepts_then_resets_is_not_nothing_listening(resets: int, mock_url: str) -> None:
+    url = f"http://127.0.0.1:{resets}/v1"
+    out = run_script(PREFIX_BENCH, "--target", "llamacpp", "--base-url", url, "--quick")
+    said = " ".join(out.stderr.split())
+    assert out.returncode == 2 and "accepted the connection, then reset or closed it" in said
+    assert "nothing is listening" not in said and "serve_llamacpp.sh" not in said  # the port is taken
+    lsof = next(c for c in backticked(said) if c.startswith("lsof"))
+    if shutil.which("lsof"):  # following it: it names this test's own process as the listener
+        shown = subprocess.run(lsof.split(), capture_output=True, text=True, timeout=30).stdout
+        assert str(os.getpid()) in shown and "LISTEN" in shown
+    assert run_script(PREFIX_BENCH, "--base-url", mock_url, "--quick").returncode == 0  # the server's address
+
+
+def test_connection_failure_names_each_cause_for_other_callers(resets: int) -> None:
+    """connection_failure() is what the real-time replay calls to count its failures by kind."""
+    import openai
+
+    from felab.connect import client
+    from felab.explain import NO_NAME, REFUSED, RESET, connection_failure
+    from felab.targets import Target
+
+    def failure(url: str) -> str:
+        try:
+            client(Target("vllm", url, "m", "k", False), timeout=10).models.list()
+        except openai.APIConnectionError as exc:
+            return connection_failure(exc)
+        raise AssertionError(f"{url} answered")
+
+    assert failure("http://127.0.0.1:9/v1") == REFUSED
+    assert failure(f"http://127.0.0.1:{resets}/v1") == RESET
+    assert failure("http://no-such-host.invalid/v1") == NO_NAME
+    # What the real-time replay holds is stream_once()'s FelabError: its cause is read the same way.
+    from felab import FelabError, stream_once
+
+    with pytest.raises(FelabError) as caught:
+        stream_once(client(Target("vllm", f"http://127.0.0.1:{resets}/v1", "m", "k", False)), "m", [])
+    assert connection_failure(caught.value) == RESET and "accepted the connection" in caught.value.message

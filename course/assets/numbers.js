@@ -1,6 +1,6 @@
 // Your numbers: what a learner types is kept in this browser's local storage.
 //
-// The build (felab/course/bundle.py) writes each field with the value recorded in results/, if any,
+// The build (felab/course/forms.py) writes each field with the value recorded in results/, if any,
 // already in it, and that value in data-prefill. Here, a value the learner typed wins: it is
 // shown instead, and kept under "felab:numbers:<lesson>:<field>". Emptying a field forgets the
 // typed value, so the recorded one comes back on the next visit. The Day wrap-up page reads

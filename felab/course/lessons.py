@@ -15,13 +15,13 @@ from felab.paths import KIT_ROOT
 
 LESSONS_DIR = KIT_ROOT / "lessons"
 TARGET_FLAGS = re.compile(r"\b(lesson_parser|add_target_args)\(")
-_FOLDER = re.compile(r"^(\d{2})-([a-z0-9]+(?:-[a-z0-9]+)*)$")
+_FOLDER = re.compile(r"^(\d{2})-[a-z0-9]+(?:-[a-z0-9]+)*$")
 
 
 @dataclass(frozen=True)
 class Lesson:
     number: str
-    slug: str
+    """The two digits of its folder's name (`06`)."""
     path: Path
 
     @property
@@ -39,5 +39,5 @@ def discover(root: Path = LESSONS_DIR) -> list[Lesson]:
     for folder in sorted(root.iterdir()) if root.is_dir() else []:
         match = _FOLDER.match(folder.name)
         if folder.is_dir() and match:
-            found.append(Lesson(match.group(1), match.group(2), folder))
+            found.append(Lesson(match.group(1), folder))
     return found

@@ -6,6 +6,10 @@ counts (a run whose call 1 was already cached, `warm_start`, is flagged and
 used only when there is no cold one), so that is what `make numbers` prints,
 ready to copy. Where runs recorded each call's TTFT, a picture is drawn beside
 the results: `results/<key>-ttft.png`, one panel per target, one line per order.
+
+Which recorded value fills which of a lesson's numbers is declared in the lesson's
+folder, `lessons/NN-slug/numbers.toml` (`declared()` reads them all): `make numbers`
+and the course pages (make bundle) read the same declarations.
 """
 
 from __future__ import annotations
@@ -15,16 +19,28 @@ import datetime as dt
 import io
 import json
 import math
+import os
+import re
+import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from felab.paths import results_dir
-from felab.results import KEY_PATTERN, read_records
+from felab.course.lessons import LESSONS_DIR, discover
+from felab.errors import FelabError
+from felab.paths import learner_folder, results_dir
+from felab.results import KEY_PATTERN, MAX_ROW_BYTES, iter_records
 from felab.tables import table
 
-GROUP_BY = ("target", "order")
-"""A row replaces an earlier one when these fields match (the ones it has)."""
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, from PyPI (pyproject.toml installs it there)
+    import tomli as tomllib
+
+GROUP_BY = ("target", "order", "mode")
+"""A row replaces an earlier one when these fields match (the ones it has): lesson 06's
+prefix_bench rows differ by `order`, its affinity_bench rows by `mode` (one row per mode a run)."""
 
 
 # ── Each lesson's numbers: which recorded value fills which field ───────────
@@ -52,41 +68,55 @@ class Field:
     source: Source | None = None
 
 
-NUMBERS: dict[str, list[Field]] = {
-    "06-prefix-caching": [
-        Field(
-            "llamacpp-opening-first",
-            "llama.cpp, opening first: call 1 / middle of calls 2 to 12 (ms)",
-            "From `python prefix_bench.py --target llamacpp`: the first_ms and rest_p50_ms columns, "
-            "both, for example 740 / 36.",
-            Source("06-prefix", {"target": "llamacpp", "order": "stable-first"}, ("first_ms", "rest_p50_ms")),
-        ),
-        Field(
-            "llamacpp-time-first",
-            "llama.cpp, time first: speed-up",
-            "The speedup_x column of the `--order variable-first` run on llamacpp. Expect about 1.0.",
-            Source("06-prefix", {"target": "llamacpp", "order": "variable-first"}, ("speedup_x",), 1),
-        ),
-        Field(
-            "fireworks-opening-first",
-            "Fireworks, opening first: call 1 / middle of calls 2 to 12 (ms)",
-            "From `python prefix_bench.py --target fireworks --usage`: the first_ms and rest_p50_ms "
-            "columns, both.",
-            Source(
-                "06-prefix", {"target": "fireworks", "order": "stable-first"}, ("first_ms", "rest_p50_ms")
-            ),
-        ),
-        Field(
-            "fireworks-cached-tokens",
-            "Fireworks: cached tokens / prompt tokens",
-            "From the `usage:` line that `--usage` prints near the end, above the cost line: "
-            "cached_tokens first, then prompt_tokens.",
-            Source("06-prefix-usage", {"target": "fireworks"}, ("cached_tokens", "prompt_tokens")),
-        ),
-    ],
-}
-"""Each lesson's numbers, by lesson folder: the fields of its page's "your numbers" form (make bundle)
-and of `make numbers`' "your numbers" lines, each filled by `measured()`."""
+NUMBERS_FILE = "numbers.toml"
+"""A lesson's numbers, declared in its folder: `lessons/NN-slug/numbers.toml` (docs/bundle.md)."""
+
+
+def declared(lessons: Path = LESSONS_DIR) -> dict[str, list[Field]]:
+    """Each lesson's numbers, by lesson folder in course order: the fields of its page's "your
+    numbers" form (make bundle) and of `make numbers`' "your numbers" lines, each filled by
+    `measured()`. Read from every `numbers.toml` under `lessons`; a lesson without one has none."""
+    return {
+        lesson.name: read_fields(lesson.path / NUMBERS_FILE)
+        for lesson in discover(lessons)
+        if (lesson.path / NUMBERS_FILE).is_file()
+    }
+
+
+def read_fields(path: Path) -> list[Field]:
+    """The `[[field]]` tables of one numbers.toml, in order; a clear error for a malformed one."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise FelabError(f"{path} is not valid TOML ({exc}).") from None
+    fields = []
+    for n, item in enumerate(data.get("field") or [], start=1):
+        where = f"{path}, field {n}"
+        _keys(item, where, need={"key", "label", "hint"}, may={"source"})
+        source = item.get("source")
+        if source is not None:
+            _keys(source, f"{where}, its source", need={"records", "where", "values"}, may={"decimals"})
+            source = Source(
+                str(source["records"]),
+                {str(k): str(v) for k, v in dict(source["where"]).items()},
+                tuple(str(v) for v in source["values"]),
+                int(source.get("decimals", 0)),
+            )
+        fields.append(Field(str(item["key"]), str(item["label"]), str(item["hint"]), source))
+    if not fields:
+        raise FelabError(f"{path} declares no numbers: add a [[field]] table (see docs/bundle.md).")
+    return fields
+
+
+def _keys(table: Any, where: str, need: set[str], may: set[str]) -> None:
+    """Check a TOML table has every key in `need` and nothing outside `need | may`."""
+    if not isinstance(table, dict):
+        raise FelabError(f"{where} is not a table.")
+    missing, unknown = need - table.keys(), table.keys() - need - may
+    if missing or unknown:
+        said = [f"has no {', '.join(sorted(missing))}" if missing else ""]
+        said += [f"has unknown {', '.join(sorted(unknown))}" if unknown else ""]
+        raise FelabError(f"{where} does not follow docs/bundle.md: it {' and '.join(s for s in said if s)}.")
 
 
 def _number(value: Any) -> bool:
@@ -106,16 +136,16 @@ def measured(source: Source) -> dict[str, Any] | None:
     A warm run (call 1 already cached) is used only when no cold run was recorded, and says so
     in `note`; when the latest run was warm and an earlier cold one is used, `note` says that.
     """
-    rows = [
-        row
-        for row in read_records(source.records)
-        if all(row.get(k) == v for k, v in source.where.items())
-        and all(_number(row.get(k)) for k in source.values)
-    ]
-    if not rows:
+    latest_run = latest_cold = None  # read a row at a time: only these two are kept
+    for row in iter_records(source.records):
+        if all(row.get(k) == v for k, v in source.where.items()) and all(
+            _number(row.get(k)) for k in source.values
+        ):
+            latest_run = row
+            latest_cold = latest_cold if warm(row) else row
+    if latest_run is None:
         return None
-    cold = [row for row in rows if not warm(row)]
-    row = cold[-1] if cold else rows[-1]
+    row = latest_cold or latest_run
     return {
         "value": " / ".join(f"{row[k]:.{source.decimals}f}" for k in source.values),
         "ts": row.get("ts"),
@@ -124,7 +154,7 @@ def measured(source: Source) -> dict[str, Any] | None:
         "model": row.get("model"),
         "file": f"results/{source.records}.jsonl",
         "warm": warm(row),
-        "note": warm_note(row, rows[-1]),
+        "note": warm_note(row, latest_run),
     }
 
 
@@ -154,9 +184,9 @@ def _when(ts: Any) -> str:
     return moment.strftime("%Y-%m-%d %H:%M UTC")
 
 
-def prefills(lesson: str) -> dict[str, dict[str, Any] | None]:
-    """Every field of `lesson` with what results/ holds for it (`None`: nothing recorded yet)."""
-    return {f.key: measured(f.source) if f.source else None for f in NUMBERS.get(lesson, [])}
+def prefills(fields: list[Field]) -> dict[str, dict[str, Any] | None]:
+    """Every field of a lesson with what results/ holds for it (`None`: nothing recorded yet)."""
+    return {f.key: measured(f.source) if f.source else None for f in fields}
 
 
 # ── Every recorded run ────────────────────────────────────────────────────────
@@ -169,27 +199,81 @@ def recorded_keys() -> list[str]:
     """
     folder = results_dir()
     files = folder.glob("*.jsonl") if folder.is_dir() else []
-    return sorted(p.stem for p in files if KEY_PATTERN.match(p.stem))
+    return sorted(p.stem for p in files if KEY_PATTERN.match(p.stem) and not is_trace(p))
 
 
-def latest(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The last cold row of each (target, order), in the order they were first seen; a group
-    that only has warm runs (call 1 already cached) shows its last one."""
-    found: dict[tuple, dict[str, Any]] = {}
+# ── What else results/ holds: traces to replay, and replays (issue 20) ──────
+
+
+def is_trace(path: Path) -> bool:
+    """Whether `path` holds a trace (requests to replay: `felab agent-trace` writes one to
+    results/agent-trace.jsonl), not recorded runs: its first line has Mooncake's fields and no
+    `target`. Only that line is read."""
+    try:
+        with path.open("rb") as f:
+            first = json.loads(f.readline(MAX_ROW_BYTES) or b"{}")  # one line, and a bounded one
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(first, dict) and "target" not in first and {"hash_ids", "input_length"} <= set(first)
+
+
+def traces() -> list[Path]:
+    """The trace files under results/ (see `is_trace`), by name."""
+    folder = results_dir()
+    return sorted(p for p in folder.glob("*.jsonl") if is_trace(p)) if folder.is_dir() else []
+
+
+LESSON_KEY = re.compile(r"^\d{2}-")
+"""A lesson's records (`06-prefix`); other keys (`replay`) are tools' records, told in one line."""
+
+
+def not_lesson_lines(found: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """One line for each recorded key that is no lesson's and for each trace: what it is, and
+    the command that shows it (these rows have their own, wide, tables)."""
+    here = learner_folder()
+    lines = []
+    for key in (k for k in found if not LESSON_KEY.match(k)):
+        runs = sum(1 for _ in iter_records(key))  # a row at a time: any file size
+        lines.append(
+            f"{os.path.relpath(results_dir() / f'{key}.jsonl', here)}: {runs} row{'s' if runs != 1 else ''} "
+            f"recorded by `felab {key}`, not a lesson's numbers (`python -m felab numbers --csv` lists them "
+            f"with every column)"
+        )
+    for path in traces():
+        lines.append(
+            f"{os.path.relpath(path, here)}: a trace to replay, not recorded runs "
+            f"(`python -m felab replay {os.path.relpath(path, here)} --replicas 18 --route random,affinity`)"
+        )
+    return lines
+
+
+def _groups(
+    rows: Iterable[dict[str, Any]],
+) -> tuple[dict[tuple, dict[str, Any]], dict[tuple, dict[str, Any]]]:
+    """One pass over `rows` (a file read a line at a time): per (target, order), the row shown
+    (its last cold one; its last one if all are warm) and its latest run. Only these are kept."""
+    shown: dict[tuple, dict[str, Any]] = {}
+    last: dict[tuple, dict[str, Any]] = {}
     for row in rows:
         group = tuple(row.get(k) for k in GROUP_BY)
-        if not warm(row) or group not in found or warm(found[group]):
-            found[group] = row
-    return list(found.values())
+        last[group] = row
+        if not warm(row) or group not in shown or warm(shown[group]):
+            shown[group] = row
+    return shown, last
 
 
-def warm_lines(rows: list[dict[str, Any]]) -> list[str]:
+def latest(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The last cold row of each (target, order), in the order they were first seen; a group
+    that only has warm runs (call 1 already cached) shows its last one."""
+    return list(_groups(rows)[0].values())
+
+
+def warm_lines(rows: Iterable[dict[str, Any]]) -> list[str]:
     """A note for each (target, order) whose shown row is warm, or whose latest run was."""
-    last: dict[tuple, dict[str, Any]] = {tuple(r.get(k) for k in GROUP_BY): r for r in rows}
+    shown, last = _groups(rows)
     notes = []
-    for shown in latest(rows):
-        group = tuple(shown.get(k) for k in GROUP_BY)
-        said = warm_note(shown, last[group])
+    for group, row in shown.items():
+        said = warm_note(row, last[group])
         if said:
             notes.append(f"note ({' '.join(str(g) for g in group if g is not None)}): {said}")
     return notes
@@ -214,7 +298,7 @@ def _shown(value: Any) -> Any:
 
 def collect() -> dict[str, list[dict[str, Any]]]:
     """Latest cold rows of every recorded key (see `latest`)."""
-    return {key: latest(read_records(key)) for key in recorded_keys()}
+    return {key: latest(iter_records(key)) for key in recorded_keys()}
 
 
 def as_csv(found: dict[str, list[dict[str, Any]]]) -> str:
@@ -237,19 +321,21 @@ def as_json(found: dict[str, list[dict[str, Any]]]) -> str:
 def as_text(found: dict[str, list[dict[str, Any]]]) -> str:
     """A table per key (latest cold run per target and order), then each lesson's numbers to write down."""
     parts = []
-    for key, rows in found.items():
+    for key, rows in ((k, rs) for k, rs in found.items() if LESSON_KEY.match(k)):
         lesson = key.split("-", 1)[0]
         parts.append(f"lesson {lesson} · {key} (latest cold run per target and order)\n")
         parts.append(table([scalars(r) for r in rows]))
-        parts += [*warm_lines(read_records(key)), ""]
-    for lesson, fields in NUMBERS.items():
+        parts += [*warm_lines(iter_records(key)), ""]
+    for lesson, fields in declared().items():
         parts.append(f"lesson {lesson}: your numbers, for the wrap-up\n")
-        for n, (f, m) in enumerate(zip(fields, prefills(lesson).values(), strict=True), start=1):
+        for n, (f, m) in enumerate(zip(fields, prefills(fields).values(), strict=True), start=1):
             said = f"{m['value']}   (measured {m['when']} on {m['target']})" if m else "not recorded yet"
             parts.append(f"  {n}. {f.label}: {said}")
             if m and m["note"]:
                 parts.append(f"     {m['note']}")
         parts.append("")
+    if others := not_lesson_lines(found):
+        parts += ["also under results/:", *(f"  {line}" for line in others), ""]
     return "\n".join(parts)
 
 

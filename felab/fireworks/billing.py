@@ -30,21 +30,31 @@ SDK (`with_raw_response`) and checks the shape and the page tokens itself.
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import fireworks
 
-from felab.errors import FelabError
+from felab.connect import with_scheme
+from felab.errors import FelabError, silence_stdout
 from felab.fireworks.transport import Budget, guarded_client, stopped_by
 from felab.paths import ENV_FILE, from_here
 from felab.redact import redact
 from felab.tables import table
-from felab.targets import FIREWORKS_ROOT, exposes_key, fireworks_root, fix_key_advice, required_key
+from felab.targets import (
+    FIREWORKS_ROOT,
+    exposes_key,
+    fireworks_root,
+    fix_key_advice,
+    required_key,
+    root_problem,
+)
 
-EXIT_CLEAR, EXIT_BILLING, EXIT_UNKNOWN = 0, 1, 2
+EXIT_CLEAR, EXIT_BILLING = 0, 1  # could not check: a CouldNotCheck, errors.EXIT_ERROR (2)
 PAGE_SIZE = 200  # the API's maximum
 MAX_PAGES = 500  # 100,000 items: a list longer than that is a server that never ends
 RETRIES = 1  # one retry on a 5xx or a dropped connection, then "could not check"
@@ -66,10 +76,13 @@ JOB_FINISHED = {
 
 
 class CouldNotCheck(FelabError):
-    """The sweep could not read everything: never to be shown as an empty list."""
+    """The sweep could not read everything: never to be shown as an empty list.
 
-    def __init__(self, why: str) -> None:
-        self.why = why
+    `shown`: what it did read (deployments and jobs that bill), for the command to print first.
+    """
+
+    def __init__(self, why: str, shown: str = "") -> None:
+        self.why, self.shown = why, shown
         super().__init__(
             f"could not check what is billing on Fireworks: {why} This is not an all-clear: "
             f"what could not be read may be billing."
@@ -211,13 +224,39 @@ def read_all(list_page: Callable[..., Any], key: str, what: str, **params: Any) 
             shape = sorted(body) if isinstance(body, dict) else type(body).__name__
             raise CouldNotCheck(f"page {page} of {what} has no `{key}` list (got {shape}).")
         items.extend(body[key])
-        token = body.get("nextPageToken") or ""
+        token = next_page(body, len(items), f"page {page} of {what}")
         if not token:
             return items
-        if not isinstance(token, str) or token in seen:
+        if token in seen:
             raise CouldNotCheck(f"the server sent the page token {token!r} twice while listing {what}.")
         seen.add(token)
     raise CouldNotCheck(f"{what} did not end after {MAX_PAGES} pages.")
+
+
+def next_page(body: dict[str, Any], read: int, where: str) -> str:
+    """The next page's token, or "" when this page plainly says it is the last.
+
+    The API's own end of a list (shared/reference/fireworks.md) is a `nextPageToken` left
+    out or empty (""); a next page is a non-empty string. Anything else (`false`, `0`, `[]`,
+    `{}`, `null`) says neither: it ends the list only when `totalSize` says every item has
+    been read (`read`), and otherwise stops the check, since a page may follow that bills.
+    """
+    if "nextPageToken" not in body:
+        return ""
+    token = body["nextPageToken"]
+    if isinstance(token, str):
+        return token
+    total = body.get("totalSize")
+    if isinstance(total, str) and total.isdigit():  # proto3 JSON may send integers as strings
+        total = int(total)
+    if isinstance(total, int) and not isinstance(total, bool) and total == read:
+        return ""
+    shown = json.dumps(token)
+    raise CouldNotCheck(
+        f"{where} ends with nextPageToken {shown[:40]}, neither the token of a next page (text) nor "
+        f'the end of the list (left out or ""), and its totalSize ({total!r}) does not say all '
+        f"{read} item(s) are read: a page that bills may follow."
+    )
 
 
 def api_key() -> str:
@@ -231,13 +270,14 @@ def api_key() -> str:
 
 
 def root_url() -> str:
-    """The one root URL: control plane at /v1/accounts/..., inference at /inference/v1."""
-    root = fireworks_root()
-    if root.endswith(("/v1", "/inference")):
-        raise CouldNotCheck(
-            f"FIREWORKS_BASE_URL is {root}, but it must be the root the SDK adds paths to "
-            f"(default {FIREWORKS_ROOT}, without /inference/v1 or /v1)."
-        )
+    """The one root URL: control plane at /v1/accounts/..., inference at /inference/v1; its
+    scheme in lower case (see felab/urls.py), so that `HTTP://` is refused as `http://` is."""
+    if problem := root_problem("fireworks"):  # no scheme, or an API path: advised as the root
+        raise CouldNotCheck(problem)
+    try:
+        root = with_scheme(fireworks_root(), "FIREWORKS_BASE_URL")
+    except FelabError as exc:  # a scheme that is neither http nor https
+        raise CouldNotCheck(exc.message) from None
     if exposes_key(root):
         raise CouldNotCheck(
             f"FIREWORKS_BASE_URL is {root}, a plain http:// address: the key would cross the network "
@@ -312,7 +352,8 @@ def _short(name: str) -> str:
 
 
 def report(found: Sweep) -> tuple[str, int]:
-    """The text to print and the exit status. Raises CouldNotCheck if a list was not read."""
+    """The text to print and the exit status. Raises CouldNotCheck if a list was not read (with
+    what was read, to print before the error)."""
     billing = [d for d in found.deployments if d.billing]
     idle = [d for d in found.deployments if not d.billing and d.state not in GONE]
     out = [f"Fireworks account {found.account} ({found.root})"]
@@ -341,8 +382,9 @@ def report(found: Sweep) -> tuple[str, int]:
         out += [f"  {j.kind.stop.format(name=j.name, root=found.root)}" for j in found.active_jobs]
 
     if found.unread:
-        print(redact("\n".join(out)))
-        raise CouldNotCheck("some job lists could not be read: " + "; ".join(found.unread))
+        raise CouldNotCheck(
+            "some job lists could not be read: " + "; ".join(found.unread), shown=redact("\n".join(out))
+        )
     out.append("")
     if billing or found.active_jobs:
         out.append(
@@ -365,6 +407,21 @@ def _row(d: Deployment) -> dict[str, Any]:
         "replicas (now/desired/min)": f"{d.replicas}/{d.desired}/{d.min_replicas}",
         "state": d.state,
     }
+
+
+def emit(text: str) -> None:
+    """Print `text` on stdout, flushed now: output that cannot be written (`> /dev/full`, a pipe
+    closed early) is a CouldNotCheck, never Python's exit status 1, which reads as "billing"."""
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except OSError as exc:
+        silence_stdout()  # or Python's own flush at exit fails again (exit status 120)
+        raise CouldNotCheck(
+            f"its report could not be written to the output ({exc.strerror or exc}): it went to a full "
+            f"disk (`> /dev/full`), or into a pipe closed before the end (`| head`). Run it again "
+            f"with its output on the terminal."
+        ) from None
 
 
 def why(exc: Exception, root: str) -> str:
@@ -402,7 +459,7 @@ def _server_words(body: object) -> str:
     if isinstance(body, dict):
         inner = body.get("error", body)
         if isinstance(inner, dict) and isinstance(inner.get("message"), str):
-            return inner["message"][:300]
+            return redact(inner["message"])[:300]  # redacted first: a cut could split a key
     return ""
 
 

@@ -4,11 +4,13 @@
 
 Read it in this order; each file holds one idea:
 
-    config.py    every setting and its default (each is a flag)
+    config.py    every setting declared once: default, help, bounds, and its check
+    flags.py     the flags written from those declarations (server, replay, real-time replay)
     cache.py     the block-hash prefix cache: PrefixCache.uncached_tokens()
     timing.py    the timing model and the prefill lane (first come, first served)
-    fleet.py     replicas, how a request picks one, and each replica's counters
-    booking.py   the booking core: route, look up, queue, insert, count; no HTTP
+    seats.py     a replica's seats (--seats): who runs, who waits; llama.cpp's per-seat prefix
+    fleet.py     replicas, how a request picks one (the prefix router's cost), their counters
+    booking.py   the booking core: route, seat, look up, queue, insert, count; no HTTP
     app.py       the HTTP layer: OpenAI's routes, translated to and from the core
     waits.py     waiting for a booked time: the server's clock, first tokens on time
     sse.py       how a streamed reply is written (one write per moment, one watcher)

@@ -178,6 +178,8 @@ def headers_for(booking: Booking) -> dict[str, str]:
 def reply_length(req: Sampling, settings: Settings, prompt_tokens: int) -> int:
     """The reply's length in tokens; a 400 if prompt and reply do not fit the context."""
     max_tokens = req.reply_limit() or settings.default_max_tokens
+    if settings.seats is not None:
+        return seat_reply_length(settings, prompt_tokens, max_tokens)
     if max_tokens > settings.context_tokens:  # more than any prompt could leave room for
         field = "max_completion_tokens" if getattr(req, "max_completion_tokens", None) else "max_tokens"
         raise invalid(
@@ -190,6 +192,34 @@ def reply_length(req: Sampling, settings: Settings, prompt_tokens: int) -> int:
         )
         raise ApiError(400, message, param=req.prompt_field, code="context_length_exceeded")
     return max_tokens
+
+
+@dataclass
+class SeatOverflow(ApiError):
+    """llama.cpp's answer to a prompt longer than a seat, body and all (measured on a real build)."""
+
+    n_prompt_tokens: int = 0
+    n_ctx: int = 0
+
+    def response(self) -> JSONResponse:
+        error = {"code": self.status, "message": self.message, "type": self.type}
+        error |= {"n_prompt_tokens": self.n_prompt_tokens, "n_ctx": self.n_ctx}
+        return JSONResponse({"error": error}, status_code=self.status)
+
+
+def seat_reply_length(settings: Settings, prompt_tokens: int, max_tokens: int) -> int:
+    """With seats, as llama.cpp: a prompt must fit one seat's share of the context, else its
+    `exceed_context_size_error`; the reply stops where the seat is full (finish_reason "length")."""
+    n_ctx = settings.context_tokens // (settings.seats or 1)
+    if prompt_tokens >= n_ctx:
+        message = (
+            f"request ({prompt_tokens} tokens) exceeds the available context size ({n_ctx} tokens), "
+            f"try increasing it"
+        )
+        raise SeatOverflow(
+            400, message, "exceed_context_size_error", n_prompt_tokens=prompt_tokens, n_ctx=n_ctx
+        )
+    return min(max_tokens, n_ctx - prompt_tokens)
 
 
 def draw_fault(faults: Faults) -> str | None:
@@ -210,7 +240,7 @@ def book(
     if req.model != s.model:
         raise unknown_model(req.model)
     refuse(req)
-    tokens = tokenize(text)
+    tokens = tokenize(text, s.chars_per_token)
     words, finish = reply_text(reply_length(req, s, len(tokens)), req.stops())
     fault = draw_fault(state.faults)
     session = request.headers.get("x-session-affinity") or req.user
@@ -351,11 +381,27 @@ def info_routes(settings: Settings, state: Callable[[], ServerState]) -> list[Ro
         return Response(metrics.render(page), media_type=metrics.CONTENT_TYPE)
 
     return [
+        Route("/props", seats_route(settings), methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/models/{model_id:path}", model, methods=["GET"]),  # an id may hold slashes (org/name)
         Route("/metrics", prometheus, methods=["GET"]),
     ]
+
+
+def seats_route(settings: Settings) -> Callable[[Request], Any]:
+    """With --seats, llama.cpp's `GET /props` as far as the kit reads it: the seats and each
+    seat's context (context_fit.py works out its advice from them). Without seats: 404."""
+
+    async def props(_: Request) -> Response:
+        if settings.seats is None:
+            raise ApiError(404, "Unknown route.")
+        seat = {"n_ctx": settings.context_tokens // settings.seats}
+        return JSONResponse(
+            {"default_generation_settings": seat, "total_slots": settings.seats, "model_path": settings.model}
+        )
+
+    return props
 
 
 async def warm_up(app: Any, model: str) -> None:

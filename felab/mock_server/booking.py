@@ -2,10 +2,12 @@
 
     book(prompt, reply_tokens, arrival, now)  ->  Booking
       1. route    the fleet picks a replica                              (fleet.py)
-      2. look up  the replica's cache: how much of the prompt it holds   (cache.py)
-      3. queue    the replica's prefill lane gives the prompt its turn   (timing.py)
-      4. insert   the prompt's blocks are cached, in use until its prefill ends
-      5. count    the replica's counters (/metrics); the usage the client gets
+      2. seat     with --seats, it waits for one, first come first served (seats.py)
+      3. look up  the replica's cache: how much of the prompt it holds   (cache.py;
+                  with --cache-mode seat-prefix, what its seat last read)
+      4. queue    the replica's prefill lane gives the prompt its turn   (timing.py)
+      5. insert   the prompt's blocks are cached, in use until its prefill ends
+      6. count    the replica's counters (/metrics); the usage the client gets
 
 The Booking it returns is the prediction: when the first token comes, and every
 token after it. The HTTP layer (app.py) only parses a request, books it here and
@@ -27,7 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from felab.mock_server.config import Settings
-from felab.mock_server.fleet import Fleet, Replica
+from felab.mock_server.fleet import Fleet, Replica, Weights
+from felab.mock_server.seats import Seat, Seats
 from felab.mock_server.timing import Prefill
 
 
@@ -55,6 +58,10 @@ class Booking:
     """Seconds between two reply tokens."""
     keys: Sequence[int] = ()
     """The prompt's block keys; the first `found_blocks` were in the cache when it was booked."""
+    seat: Seat | None = None
+    """The seat it holds from admission (`turn.ready_at`) to its reply's end; None: no limit."""
+    ready: float = 0.0
+    """When its prefill could have started on an idle server: arrival plus the overhead."""
 
     @property
     def found_blocks(self) -> int:
@@ -72,8 +79,8 @@ class Booking:
 
     @property
     def queue_s(self) -> float:
-        """Time spent waiting for the prefill lane (behind other prompts), after the overhead."""
-        return self.turn.start - self.turn.ready_at
+        """Time spent waiting, after the overhead: for a seat (if limited), then for the prefill lane."""
+        return self.turn.start - self.ready
 
     def tokens_due(self, now: float) -> int:
         """How many reply tokens were due by `now` (what a client that left then had received)."""
@@ -84,6 +91,11 @@ class Booking:
     def token_at(self, i: int) -> float:
         """When reply token i (0-based) is due."""
         return self.turn.end + i * self.interval_s
+
+    @property
+    def reply_end(self) -> float:
+        """When its last reply token is due (its first token, for an empty reply)."""
+        return self.token_at(max(self.reply_tokens - 1, 0))
 
     def usage(self) -> dict[str, Any]:
         """OpenAI's usage object, with the cached part of the prompt as vLLM and Fireworks report it."""
@@ -96,13 +108,19 @@ class Booking:
 
 
 def _shared(later: Booking, cancelled: Booking) -> int:
-    """How many leading blocks of `cancelled`'s prompt `later` found in the cache when booked."""
-    n = 0
-    for mine, theirs in zip(later.keys[: later.found_blocks], cancelled.keys, strict=False):
-        if mine != theirs:
-            break
-        n += 1
-    return n
+    """How many leading blocks of `cancelled`'s prompt `later` found in the cache when booked.
+
+    Keys are chained (a key stands for its block and every block before it: cache.py), so two
+    prompts agree on a run of leading keys exactly up to the last key they share: a bisection.
+    """
+    lo, hi = 0, min(later.found_blocks, len(cancelled.keys))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if later.keys[mid - 1] == cancelled.keys[mid - 1]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 class PracticeModel:
@@ -111,71 +129,150 @@ class PracticeModel:
     def __init__(self, settings: Settings) -> None:
         self.settings, self.timing = settings, settings.timing
         cache = (settings.cache_blocks, settings.block_tokens, settings.cache_ttl_s)
-        self.fleet = Fleet(settings.replicas, settings.route, cache, self.timing, settings.seed)
+        weights = Weights(
+            settings.route_prefill_weight, settings.route_temperature, settings.route_cache_threshold
+        )
+        self.fleet = Fleet(settings.replicas, settings.route, cache, self.timing, settings.seed, weights)
+        if settings.seats is not None:
+            for r in self.fleet.replicas:
+                r.seats = Seats(settings.seats, by_prefix=settings.cache_mode == "seat-prefix")
         self.ids = itertools.count()
         self.live: dict[str, Booking] = {}
         """Bookings whose reply is not over, in the order they were booked."""
+        self.hung_up: dict[str, Booking] = {}
+        """Bookings whose client hung up during their prefill and whose lane time live prompts
+        may still need (`cancel`); dropped once their kept prefill is over."""
 
     def book(self, prompt: Prompt, reply_tokens: int, arrival: float, now: float) -> Booking:
-        """Route, look up, queue, insert and count one request that arrived at `arrival`."""
+        """Route, seat, look up, queue, insert and count one request that arrived at `arrival`."""
         ready = arrival + self.timing.overhead_ms / 1000  # its prefill may start then, not before
+        if self.hung_up:  # bounded by what is in flight, also when nobody hangs up again
+            self.forget_hung_up(now)
         replica = self.fleet.pick(prompt.tokens, prompt.keys, prompt.session, now, ready)
-        uncached = replica.cache.uncached_tokens(prompt.tokens, prompt.keys, now)
-        turn = replica.lane.book(ready, self.timing.prefill_s(uncached), now)
-        replica.cache.insert(prompt.keys, used_at=turn.end)
-        booking = Booking(
-            f"{next(self.ids)}",
-            replica,
-            prompt.tokens,
-            prompt.tokens - uncached,
-            reply_tokens,
-            arrival,
-            turn,
-            self.timing.token_interval_s(),
-            prompt.keys,
-        )
-        self.live[booking.rid] = booking
-        replica.stats.admit(prompt.tokens, booking.cached_tokens)
-        return booking
+        seat, admission, reused = None, ready, 0
+        if replica.seats is not None:  # it waits for a seat first (seats.py)
+            seat, admission, reused = replica.seats.admit(ready, prompt.keys)
+        if self.settings.cache_mode == "blocks":
+            uncached = replica.cache.uncached_tokens(prompt.tokens, prompt.keys, now)
+        else:  # seat-prefix: what its seat's last prompt shares with it; llama.cpp reads one token
+            uncached = max(prompt.tokens - reused * replica.cache.block_tokens, min(prompt.tokens, 1))
+        cached = prompt.tokens - uncached
+        turn = replica.lane.book(admission, self.timing.prefill_s(uncached, cached), now)
+        if self.settings.cache_mode == "blocks":
+            replica.cache.insert(prompt.keys, used_at=turn.end)
+        interval = self.timing.token_interval_s(self.streams(replica, turn.end))
+        rid = f"{next(self.ids)}"
+        b = Booking(rid, replica, prompt.tokens, cached, reply_tokens, arrival, turn, interval, prompt.keys)
+        b.seat, b.ready = seat, ready
+        if replica.seats is not None and seat is not None:
+            replica.seats.hold(seat, admission, b.reply_end, prompt.keys)
+        self.live[b.rid] = b
+        replica.active_tokens += prompt.tokens + reply_tokens
+        replica.stats.admit(prompt.tokens, cached)
+        return b
+
+    def streams(self, replica: Replica, at: float) -> int:
+        """Streams decoding on `replica` at `at`, one starting then included (it sets how fast each
+        decodes: timing.py). Counted when a request is booked and kept for its reply."""
+        if not self.timing.decode_slowdown:
+            return 1
+        mine = (b for b in self.live.values() if b.replica is replica)
+        return 1 + sum(b.first_token_at <= at < b.reply_end for b in mine)
 
     def finish(self, booking: Booking, now: float | None = None) -> None:
         """The reply is over: sent whole (`now` None), or its client gone at `now`. Counts what
         was really served: the tokens due by then, and the TTFT only if the first token came."""
         sent = booking.reply_tokens if now is None else booking.tokens_due(now)
         booking.replica.stats.served(booking.ttft_s if sent else None, sent)
-        self.live.pop(booking.rid, None)
+        if self.live.pop(booking.rid, None) is not None:
+            booking.replica.active_tokens -= booking.prompt_tokens + booking.reply_tokens
 
     def in_flight(self) -> list[tuple[int, Prefill]]:
         """(replica, turn in its prefill lane) of every request being served now (for the gauges)."""
         return [(b.replica.index, b.turn) for b in self.live.values()]
 
     def cancel(self, booking: Booking, now: float) -> bool:
-        """Its client hung up at `now`: give the lane back the time it had not used, as an engine
-        aborts a request.
+        """Its client hung up at `now`: give the lane back the time no live request needs, as an
+        engine aborts a request.
 
-        Two things stay true. Prompts booked after it on its replica found its blocks in the
-        cache; the part of its prefill they count on is kept in the lane (done for them, before
-        their turn), so they are not served blocks nobody computed. Its other blocks that were
+        Prompts booked after it on its replica found its blocks in the cache; the part of its
+        prefill that *live* ones count on is kept in the lane (done for them, before their turn),
+        so they are not served blocks nobody computed. That claim is theirs: when they hang up
+        too, every hung-up prompt they relied on gives its kept time back (`_release`), so a
+        chain of hung-up prompts, each extending the last, leaves nothing behind. Blocks that are
         never computed leave the cache: a later prompt must prefill them.
         True if prompts queued behind it moved up (their waiters should look again).
         """
         self.finish(booking, now)
-        replica, turn = booking.replica, booking.turn
-        if turn.end <= now:
-            return False  # its prefill was over: the lane time was spent, its blocks computed
+        replica, gave_back = booking.replica, False
+        if booking.turn.end > now:  # still prefilling or waiting: give its lane time back
+            self.hung_up[booking.rid] = booking
+            earlier = (g for g in self.hung_up.values() if g.replica is replica and g is not booking)
+            relied_on = [g for g in earlier if _shared(booking, g) > g.found_blocks] + [booking]
+            gave_back = any([self._release(ghost, now) for ghost in relied_on])  # each, no short cut
+            self.forget_hung_up(now)
+        if replica.seats is not None:  # its seat is free: those waiting for one move up
+            return bool(self._reseat(replica, now))
+        return bool(gave_back and replica.lane.reflow(now))
+
+    def forget_hung_up(self, now: float) -> None:
+        """Drop the hung-up prompts with nothing left to give back: their kept prefill is over."""
+        for rid in [rid for rid, g in self.hung_up.items() if g.turn.end <= now or not g.turn.seconds]:
+            del self.hung_up[rid]
+
+    def _reseat(self, replica: Replica, now: float) -> list[Prefill]:
+        """Admit again, first come first served, the requests still waiting for a seat on `replica`
+        (a hang-up freed one); their prefills and those behind move up. The turns moved."""
+        assert replica.seats is not None
+        mine = [b for b in self.live.values() if b.replica is replica]
+        waiting = {id(b.turn): b for b in mine if b.turn.ready_at > now}
+        held: dict[int, float] = {}  # seat -> when the last admitted request on it is done
+        for b in mine:
+            if b.seat is not None and id(b.turn) not in waiting:
+                held[id(b.seat)] = max(held.get(id(b.seat), now), b.reply_end)
+        for seat in replica.seats.seats:  # free now, unless a request admitted already holds it
+            seat.free_at = held.get(id(seat), min(seat.free_at, now))
+        replica.seats.last_admission = min(replica.seats.last_admission, now)
+        seated: dict[int, Seat] = {}
+
+        def admit(turn: Prefill) -> None:  # before the lane places its turn: its (earlier) seat
+            if (b := waiting.get(id(turn))) is not None and replica.seats is not None:
+                seat, at, _ = replica.seats.admit(b.ready, b.keys)
+                b.seat = seated[id(turn)] = seat  # the cache match it was booked with stays
+                turn.ready_at = at
+
+        def hold(turn: Prefill) -> None:  # after: it holds that seat until its reply's new end
+            if (b := waiting.get(id(turn))) is not None and replica.seats is not None:
+                replica.seats.hold(seated[id(turn)], turn.ready_at, b.reply_end, b.keys)
+
+        return replica.lane.reflow(now, admit, hold)
+
+    def _release(self, ghost: Booking, now: float) -> bool:
+        """Cut a hung-up prompt's lane time to what it used by `now` and what live prompts booked
+        after it still need of its work; forget the blocks it will never compute. Moves no other
+        turn (the caller reflows the lane once). True if it gave time back."""
+        replica, turn = ghost.replica, ghost.turn
         block = replica.cache.block_tokens
-        later = (b for b in self.live.values() if b.replica is replica and int(b.rid) > int(booking.rid))
-        relied = max((_shared(b, booking) for b in later), default=0)
-        needed = max(0, relied - booking.found_blocks) * block
-        booked_end = turn.end  # when insert() said its blocks were last used
-        moved = replica.lane.cancel(turn, now, keep_s=self.timing.prefill_s(needed))
-        computed = int(round(turn.seconds * self.timing.prefill_tokens_per_s)) // block
-        kept = booking.found_blocks + computed
-        replica.cache.forget(booking.keys[kept:])
-        # Its kept blocks were last used when its (shortened) prefill stopped, not at the old end:
+        before = ghost.found_blocks * block  # tokens already in context when its prefill began
+        holds = ghost.found_blocks + self.timing.prefilled_tokens(turn.seconds, before) // block
+        needed = 0
+        for b in self.live.values():  # the live prompts booked after it on its replica
+            if b.replica is replica and int(b.rid) > int(ghost.rid):
+                needed = max(needed, _shared(b, ghost))
+                if needed >= holds:
+                    return False  # a live prompt needs all it holds: nothing to give back
+        booked_end = turn.end  # when its blocks were last said to be used
+        keep_s = self.timing.prefill_s(max(0, needed - ghost.found_blocks) * block, before)
+        if not replica.lane.shorten(turn, now, keep_s):
+            return False
+        kept = ghost.found_blocks + self.timing.prefilled_tokens(turn.seconds, before) // block
+        replica.cache.forget(ghost.keys[kept:])
+        if ghost.seat is not None and ghost.seat.keys is ghost.keys:  # seat-prefix: what it read
+            ghost.seat.keys = ghost.keys[:kept]
+        # Its kept blocks were last used when its (shortened) prefill stops, not at the old end:
         # the time to live counts from then (unless a later prompt has used them since).
-        replica.cache.restamp(booking.keys[:kept], booked_end, max(now, turn.end))
-        return bool(moved)
+        replica.cache.restamp(ghost.keys[:kept], booked_end, max(now, turn.end))
+        return True
 
     def reset_caches(self) -> int:
         """Forget every cached block of every replica, as a restart would; how many were dropped."""

@@ -1,7 +1,8 @@
 """A block-hash prefix cache: the idea behind vLLM's automatic prefix caching, in a few lines.
 
 1. Tokenize: the practice server's "tokens" are 4-character pieces of the
-   prompt (real tokenizers average about 4 characters a token in English).
+   prompt (real tokenizers average about 4 characters a token in English;
+   `--chars-per-token` sets another average, as a calibrated profile does).
 2. Cut the tokens into blocks (64 tokens by default). Only full blocks are cached.
 3. Give each block a key that hashes its parent's key and its own tokens. A
    block's key therefore stands for *everything before it too*: change one
@@ -19,16 +20,24 @@ production trace can run it in virtual time.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import OrderedDict
 from collections.abc import Sequence
 
 CHARS_PER_TOKEN = 4
 BLOCK_TOKENS = 64
+CACHE_MODES = ("blocks", "seat-prefix")
+"""How a replica reuses earlier prompts: hashed blocks (this module) or each seat's last prompt."""
 
 
-def tokenize(text: str) -> list[str]:
-    """Deterministic toy tokenizer: 4-character pieces."""
-    return [text[i : i + CHARS_PER_TOKEN] for i in range(0, len(text), CHARS_PER_TOKEN)]
+def tokenize(text: str, chars_per_token: float = CHARS_PER_TOKEN) -> list[str]:
+    """Deterministic toy tokenizer: pieces of `chars_per_token` characters (4 by default; a
+    calibrated profile sets the engine's own average, e.g. 3.6, and the pieces then alternate
+    between 3 and 4 characters so that a text of n characters makes about n / 3.6 tokens)."""
+    if chars_per_token == CHARS_PER_TOKEN:  # the common case, as fast as slicing goes
+        return [text[i : i + CHARS_PER_TOKEN] for i in range(0, len(text), CHARS_PER_TOKEN)]
+    cuts = [int(k * chars_per_token) for k in range(math.ceil(len(text) / chars_per_token) + 1)]
+    return [text[a:b] for a, b in itertools.pairwise(cuts) if a < len(text)]
 
 
 def block_keys(tokens: Sequence[str], block_tokens: int = BLOCK_TOKENS) -> list[int]:

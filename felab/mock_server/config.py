@@ -1,16 +1,27 @@
 """Everything the practice server can be told, with its default, in one place.
 
-Each field is a flag of `python -m felab.mock_server` (and of `python -m felab replay`); the
-flags take their defaults from `DEFAULTS`, so a default is written once, here. The timing
-defaults reproduce lesson 06: a cold 3,045-token opening takes 15 + 3045 / 2.5 ≈ 1,233 ms;
-the same opening cached, about 35 ms.
+Each field of `Settings` is declared once, with `setting(default, help, ...)`: its
+default, one help text, and the bounds a value must keep. From these declarations
+flags.py writes the flags of `python -m felab.mock_server`, those of
+`python -m felab replay` (where a comma-separated list sweeps a setting) and the
+flags real-time replay starts a practice server with; `Settings.__post_init__`
+checks every value against them. A new setting is one field here.
+
+The timing defaults reproduce lesson 06: a cold 3,045-token opening takes
+15 + 3045 / 2.5 ≈ 1,233 ms; the same opening cached, about 35 ms.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import math
+import sys
+import typing
 from dataclasses import dataclass
+from typing import Any
 
-from felab.mock_server.cache import BLOCK_TOKENS
+from felab.mock_server.cache import BLOCK_TOKENS, CACHE_MODES
 from felab.mock_server.faults import FAULT_TYPES
 from felab.mock_server.fleet import ROUTES
 from felab.mock_server.timing import TimingModel
@@ -19,54 +30,218 @@ DEFAULT_PORT = 8765
 MODEL_ID = "felab-practice"
 HEALTH_NAME = "felab practice server"
 """What `GET /health` calls this server, so a second one can tell it from another program."""
+MAX_REPLICAS = 256
+"""The most replicas one practice server (or one replayed fleet) models."""
+UNLIMITED = sys.maxsize
+"""`--cache-blocks unlimited`: no trace has that many blocks, so nothing is ever evicted."""
+
+MODEL, SERVER = "model", "server"
+"""A setting's scope: MODEL settings shape the modelled engine and fleet (replay has them too,
+and can sweep them); SERVER settings are the HTTP server's own (the server's flags only)."""
+
+
+def setting(
+    default: Any,
+    help: str,
+    *,
+    scope: str = MODEL,
+    flag: str | None = None,
+    low: float | None = None,
+    low_open: bool = False,
+    high: float | None = None,
+    choices: tuple[str, ...] | None = None,
+    words: dict[str, Any] | None = None,
+    column: str | None = None,
+) -> Any:
+    """Declare one setting: its default and help, and the facts its flags are written from.
+
+    `low`/`high` bound a number (`low_open`: the bound itself is refused); `choices` the words a
+    text may be (for a tuple: each item); `words` are spellings a learner may type for a value
+    (`{"never": None}`); `flag` the flag's name when it is not the field's (`cache_ttl_s` is
+    `--cache-ttl`); `column` its heading in replay's tables.
+    """
+    facts: dict[str, Any] = {"help": help, "scope": scope, "flag": flag, "low": low, "low_open": low_open}
+    facts |= {"high": high, "choices": choices, "words": words or {}, "column": column}
+    return dataclasses.field(default=default, metadata=facts)
 
 
 @dataclass(frozen=True)
 class Settings:
     """The practice server's settings: the modelled hardware, the fleet, and the faults."""
 
-    model: str = MODEL_ID
-    overhead_ms: float = 15.0
-    """Fixed cost of every request (parsing, scheduling), before its prefill may start."""
-    prefill_tps: float = 2500.0
-    """Prompt tokens prefilled per second, one prompt at a time."""
-    decode_tps: float = 400.0
-    """Reply tokens per second, per stream (decoding is batched: streams do not slow each other)."""
-    cache_blocks: int = 4096
-    """Prefix-cache capacity per replica, in blocks; the least recently used block is evicted."""
-    block_tokens: int = BLOCK_TOKENS
-    """Tokens per cache block (vLLM's default is 16; Mooncake's trace uses 512)."""
-    context_tokens: int = 131_072
-    """Largest prompt plus reply, in tokens."""
-    max_body_bytes: int = 8 * 1024 * 1024
-    idle_timeout_s: int = 5
-    """A connection with no request under way is closed after this many seconds (connections.py)."""
-    request_timeout_s: float = 10.0
-    """A request's head, and its body, must arrive within this many seconds (else closed, or 408)."""
-    default_max_tokens: int = 16
-    """Reply length when a request sets neither max_tokens nor max_completion_tokens."""
-    replicas: int = 1
-    route: str = "affinity"
-    cache_ttl_s: float | None = None
-    """Seconds a block may stay unused before it expires; None: never."""
-    fail_rate: float = 0.0
-    fail_types: tuple[str, ...] = FAULT_TYPES
-    seed: int = 0
-    """Seeds random routing and the failure draws, so a run can be repeated."""
+    model: str = setting(MODEL_ID, "the model id it serves", scope=SERVER)
+    overhead_ms: float = setting(
+        15.0, "fixed cost of every request (parsing, scheduling) before its prefill may start, ms",
+        low=0, column="overhead ms",
+    )  # fmt: skip
+    prefill_tps: float = setting(
+        2500.0, "prefill rate, prompt tokens per second, one prompt at a time per replica",
+        low=0, low_open=True, column="prefill tok/s",
+    )  # fmt: skip
+    prefill_attention_ns: float = setting(
+        0.0, "attention's cost per new prompt token per token before it, ns: prefill grows faster than "
+        "linearly with the prompt (0: linear, as lesson 06's)",
+        low=0, column="attention ns",
+    )  # fmt: skip
+    decode_tps: float = setting(
+        400.0, "decode rate per stream, reply tokens per second, with one stream decoding",
+        low=0, low_open=True, column="decode tok/s",
+    )  # fmt: skip
+    decode_slowdown: float = setting(
+        0.0, "how much each further stream decoding on a replica slows a stream: interval = "
+        "1/decode-tps x (1 + slowdown x (streams - 1)) (0: streams do not slow each other)",
+        low=0, column="decode slowdown",
+    )  # fmt: skip
+    chars_per_token: float = setting(
+        4.0, "how the modelled engine counts text: characters per token (about 4 in English)",
+        scope=SERVER, low=0, low_open=True,
+    )  # fmt: skip
+    cache_mode: str = setting(
+        "blocks", "how a replica reuses earlier prompts: blocks (hashed blocks any request may reuse: "
+        "vLLM, SGLang) or seat-prefix (each seat keeps its last prompt: llama.cpp; needs --seats)",
+        choices=CACHE_MODES, column="cache mode",
+    )  # fmt: skip
+    seats: int | None = setting(
+        None, "requests a replica runs at once (llama.cpp -np, vLLM --max-num-seqs); the rest wait "
+        "for a seat, and each seat has --context-tokens / seats of context; `none`: no limit",
+        low=1, words={"none": None}, column="seats",
+    )  # fmt: skip
+    cache_blocks: int = setting(
+        4096, "prefix-cache capacity per replica, in blocks (least recently used evicted); `unlimited`",
+        low=0, words={"unlimited": UNLIMITED}, column="cache blocks",
+    )  # fmt: skip
+    block_tokens: int = setting(
+        BLOCK_TOKENS, "tokens per cache block (only full blocks are cached; Mooncake's traces use 512)",
+        low=1, column="block tokens",
+    )  # fmt: skip
+    context_tokens: int = setting(
+        131_072, "largest prompt + reply, tokens (with --seats: split evenly between the seats)",
+        scope=SERVER, low=1,
+    )  # fmt: skip
+    max_body_bytes: int = setting(
+        8 * 1024 * 1024, "largest request body, bytes (a larger one gets 413)", scope=SERVER, low=1
+    )
+    idle_timeout_s: int = setting(
+        5, "seconds before a connection with no request under way is closed",
+        scope=SERVER, flag="--idle-timeout", low=1,
+    )  # fmt: skip
+    request_timeout_s: float = setting(
+        10.0, "seconds a request's headers, then its body, may take to arrive (a late body gets 408)",
+        scope=SERVER, flag="--request-timeout", low=0, low_open=True,
+    )  # fmt: skip
+    default_max_tokens: int = setting(
+        16, "reply length when a request sets neither max_tokens nor max_completion_tokens",
+        scope=SERVER, low=1,
+    )  # fmt: skip
+    replicas: int = setting(
+        1, "copies behind one address, each with its own cache and prefill lane",
+        low=1, high=MAX_REPLICAS, column="replicas",
+    )  # fmt: skip
+    route: str = setting(
+        "affinity",
+        "how a request picks a replica: random, round-robin, affinity (by x-session-affinity, user "
+        "or a trace's session_id; else random), prefix (cache-aware)",
+        choices=ROUTES, column="route",
+    )  # fmt: skip
+    route_prefill_weight: float = setting(
+        1.0, "--route prefix: weight of the prefill a replica would do (its backlog and the prompt's "
+        "uncached tokens) against the tokens it serves (Dynamo's --kv-overlap-score-weight)",
+        low=0, column="prefill weight",
+    )  # fmt: skip
+    route_cache_threshold: float = setting(
+        0.3, "--route prefix: a prompt no replica holds more than this share of is cold and goes to "
+        "the cheapest replica caching least (SGLang's --cache-threshold)",
+        low=0, high=1, column="cache threshold",
+    )  # fmt: skip
+    route_temperature: float = setting(
+        0.0, "--route prefix: 0 takes the cheapest replica (ties drawn with --seed); above 0, a "
+        "softmax draw over the replicas' normalised costs (Dynamo's --router-temperature)",
+        low=0, column="temperature",
+    )  # fmt: skip
+    cache_ttl_s: float | None = setting(
+        None, "seconds a cached block may stay unused before it expires; `never`",
+        flag="--cache-ttl", low=0, low_open=True, words={"never": None, "none": None}, column="TTL s",
+    )  # fmt: skip
+    fail_rate: float = setting(
+        0.0, "share of valid chat requests that fail on purpose (0.05 = 5%)", scope=SERVER, low=0, high=1
+    )
+    fail_types: tuple[str, ...] = setting(
+        FAULT_TYPES,
+        "which failures --fail-rate injects, comma-separated: 429, 503, 500, cut (a stream cut mid-way)",
+        scope=SERVER, choices=FAULT_TYPES,
+    )  # fmt: skip
+    seed: int = setting(0, "seed for random routing and failure draws, so a run can be repeated")
 
     def __post_init__(self) -> None:
-        if self.overhead_ms < 0 or self.prefill_tps <= 0 or self.decode_tps <= 0:
-            raise ValueError("rates must be above 0 and the overhead 0 or more")
-        if self.cache_blocks < 0 or self.block_tokens < 1 or self.replicas < 1:
-            raise ValueError("cache size must be 0 or more, block size and replicas 1 or more")
-        if self.idle_timeout_s <= 0 or self.request_timeout_s <= 0:
-            raise ValueError("timeouts must be above 0")
-        if self.route not in ROUTES:
-            raise ValueError(f"route must be one of {', '.join(ROUTES)}, not {self.route!r}")
+        """Every value within its declared bounds; a bad one is a ValueError naming its flag.
+        (Every check of a setting lives here: a check between two settings goes below the loop.)"""
+        for f in dataclasses.fields(self):
+            message = problem(f, getattr(self, f.name))
+            if message:
+                raise ValueError(message)
+        if self.seats is not None and self.seats > self.context_tokens:
+            raise ValueError(f"--seats {self.seats} leaves no context to a seat: at most --context-tokens")
+        if self.cache_mode == "seat-prefix" and self.seats is None:
+            raise ValueError("--cache-mode seat-prefix keeps a prompt per seat: give --seats too")
 
     @property
     def timing(self) -> TimingModel:
-        return TimingModel(self.overhead_ms, self.prefill_tps, self.decode_tps)
+        return TimingModel(
+            self.overhead_ms,
+            self.prefill_tps,
+            self.decode_tps,
+            attention_ns=self.prefill_attention_ns,
+            decode_slowdown=self.decode_slowdown,
+        )
+
+
+def flag(f: dataclasses.Field) -> str:
+    """The field's flag: its declared one, else its name with dashes (`prefill_tps`: --prefill-tps)."""
+    return f.metadata["flag"] or "--" + f.name.replace("_", "-")
+
+
+@functools.cache
+def kind(name: str) -> type:
+    """What a value of this field is: int, float, str or tuple (an optional float is a float)."""
+    hint = typing.get_type_hints(Settings)[name]
+    if typing.get_origin(hint) is tuple:
+        return tuple
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if args else hint
+
+
+def noun(of: type) -> str:
+    """A value of this kind, in words (for messages)."""
+    return {int: "a whole number", float: "a number", tuple: "a comma-separated list"}.get(of, "a word")
+
+
+def shown(value: Any) -> str:
+    """A value as a learner would have typed it, for messages (`0`, not `0.0`)."""
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return f"{value:g}" if isinstance(value, float) else repr(value) if isinstance(value, str) else str(value)
+
+
+def problem(f: dataclasses.Field, value: Any) -> str | None:
+    """What is wrong with `value` for this field, in a sentence naming its flag; None if nothing."""
+    m, name = f.metadata, flag(f)
+    if any(value is meant or value == meant for meant in m["words"].values()):
+        return None
+    of = kind(f.name)
+    numeric = of in (int, float)
+    if numeric and (isinstance(value, bool) or not isinstance(value, int if of is int else (int, float))):
+        return f"{name} must be {noun(of)}, not {shown(value)}"
+    if numeric and not math.isfinite(value):
+        return f"{name} must be a finite number, not {shown(value)}"
+    if m["low"] is not None and (value <= m["low"] if m["low_open"] else value < m["low"]):
+        return f"{name} must be {'above' if m['low_open'] else 'at least'} {m['low']:g}, not {shown(value)}"
+    if m["high"] is not None and value > m["high"]:
+        return f"{name} must be at most {m['high']:g}, not {shown(value)}"
+    chosen = value if of is tuple else (value,)
+    if m["choices"] and (not chosen or set(chosen) - set(m["choices"])):
+        among = ", ".join(m["choices"])
+        return f"{name} must be {'some' if of is tuple else 'one'} of {among}, not {shown(value)}"
+    return None
 
 
 DEFAULTS = Settings()

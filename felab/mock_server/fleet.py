@@ -12,23 +12,29 @@ what *it* has seen. Which replica a request reaches decides what it finds:
                  and the highest wins, so a session always lands on the same
                  replica, and adding one moves only about 1/N of the sessions.
                  No session value: random, as a load balancer that knows nothing.
-    prefix       cache-aware: the replica that would give this prompt its first
-                 token soonest. Its cached prefix saves prefill time; a queue in
-                 its prefill lane costs waiting time. So it is the replica with
-                 the longest cached prefix unless that one is busy, and the least
-                 loaded when none holds any. Cache-aware routers weigh the same
-                 two things (SGLang's router, llm-d's prefix and queue scorers).
+    prefix       cache-aware, as NVIDIA Dynamo's KV router scores a worker: each replica's
+                 cost is, in blocks,
+                     prefill_weight x (its prefill backlog + this prompt's uncached tokens)
+                     + the tokens of the requests it is serving (their prompts and replies)
+                 and the lowest cost wins. The first term is what a cached prefix saves and
+                 a queue costs; the second is its load, so a far busier replica loses to an
+                 idle one that holds nearly as much. Ties (a prompt no replica holds, on idle
+                 replicas) are drawn at random from the tied replicas (seeded by --seed), never
+                 the lowest index first; `route_temperature` above 0 samples every replica
+                 with softmax weights over its normalised cost instead (Dynamo's temperature).
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from felab.mock_server.cache import PrefixCache
+from felab.mock_server.seats import Seats
 from felab.mock_server.timing import PrefillLane, TimingModel
 
 ROUTES = ("random", "round-robin", "affinity", "prefix")
@@ -97,12 +103,17 @@ class ReplicaStats:
 
 @dataclass
 class Replica:
-    """One copy of the server: a cache, a prefill lane, and its counters."""
+    """One copy of the server: a cache, a prefill lane, its counters, and its seats (if limited)."""
 
     index: int
     cache: PrefixCache
     lane: PrefillLane = field(default_factory=PrefillLane)
     stats: ReplicaStats = field(default_factory=ReplicaStats)
+    active_tokens: int = 0
+    """Prompt and reply tokens of the requests it serves now (kept by PracticeModel.book and
+    finish, for the prefix router's load term: Dynamo's active blocks)."""
+    seats: Seats | None = None
+    """How many requests it runs at once (seats.py); None: no limit."""
 
 
 def rendezvous(session: str, n: int) -> int:
@@ -112,6 +123,15 @@ def rendezvous(session: str, n: int) -> int:
         return hashlib.blake2b(f"{session}/{i}".encode(), digest_size=8).digest()
 
     return max(range(n), key=score)
+
+
+@dataclass(frozen=True)
+class Weights:
+    """The prefix router's knobs (Settings.route_prefill_weight, route_temperature, route_cache_threshold)."""
+
+    prefill: float = 1.0
+    temperature: float = 0.0
+    cache_threshold: float = 0.3
 
 
 class Fleet:
@@ -124,11 +144,12 @@ class Fleet:
         cache: tuple[int, int, float | None],
         timing: TimingModel,
         seed: int,
+        weights: Weights = Weights(),
     ) -> None:
         """`cache`: each replica's (capacity in blocks, tokens per block, time to live or None)."""
         if route not in ROUTES:
             raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
-        self.route, self.timing = route, timing
+        self.route, self.timing, self.weights = route, timing, weights
         self.replicas = [Replica(i, PrefixCache(*cache)) for i in range(replicas)]
         self.rng = random.Random(f"route/{seed}")
         self.turn = itertools.count()
@@ -151,11 +172,38 @@ class Fleet:
         if self.route == "affinity" and session:
             return self.replicas[rendezvous(session, n)]
         if self.route == "prefix":
-            start = now + self.timing.overhead_ms / 1000 if ready is None else ready
-
-            def first_token_at(r: Replica) -> float:  # as its lane would schedule it, booking nothing
-                uncached = prompt_tokens - r.cache.cached_blocks(keys, now) * r.cache.block_tokens
-                return r.lane.quote(start, self.timing.prefill_s(uncached)).end
-
-            return min(self.replicas, key=lambda r: (first_token_at(r), r.index))
+            return self.replicas[self.prefix_choice(prompt_tokens, keys, now, ready)]
         return self.replicas[self.rng.randrange(n)]  # random, and affinity without a session value
+
+    def prefix_choice(self, prompt_tokens: int, keys: Sequence[int], now: float, ready: float | None) -> int:
+        """The replica `--route prefix` picks: the lowest cost; for a cold prompt (no replica holds
+        more than `cache_threshold` of it), the lowest cost as if none held any, and among equals
+        the one caching least (SGLang's rule: a cold prompt goes to the smallest tree)."""
+        start = now + self.timing.overhead_ms / 1000 if ready is None else ready
+        found = [r.cache.cached_blocks(keys, now) * r.cache.block_tokens for r in self.replicas]
+        if max(found) > self.weights.cache_threshold * prompt_tokens:
+            held = zip(self.replicas, found, strict=True)
+            return self.lowest([self.cost(r, prompt_tokens - f, start) for r, f in held])
+        costs = [self.cost(r, prompt_tokens, start) for r in self.replicas]
+        return self.lowest(costs, [len(r.cache) for r in self.replicas])
+
+    def cost(self, r: Replica, uncached: int, start: float) -> float:
+        """Dynamo's worker cost, in blocks: weighted prefill (the lane's backlog when this prompt
+        could start, plus the tokens this replica would compute) plus the tokens it serves now."""
+        backlog = max(0.0, r.lane.free_at - start) * self.timing.prefill_tokens_per_s
+        return (self.weights.prefill * (backlog + uncached) + r.active_tokens) / r.cache.block_tokens
+
+    def lowest(self, costs: list[float], then: Sequence[int] | None = None) -> int:
+        """The index of the cheapest replica (then the least `then`): a seeded draw among those tied
+        (temperature 0), or a softmax draw over the costs normalised by the highest (Dynamo's)."""
+        t = self.weights.temperature
+        if t > 0:
+            top = max(costs) or 1.0
+            odds = [math.exp(-(c - min(costs)) / top / t) for c in costs]
+            return self.rng.choices(range(len(costs)), weights=odds)[0]
+        best = min(costs)
+        tied = [i for i, c in enumerate(costs) if c <= best + 1e-9]
+        if then is not None:
+            least = min(then[i] for i in tied)
+            tied = [i for i in tied if then[i] == least]
+        return tied[self.rng.randrange(len(tied))] if len(tied) > 1 else tied[0]

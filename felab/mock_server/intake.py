@@ -50,16 +50,16 @@ class Intake:
     """ASGI middleware: note the arrival, read the whole body (over the limit: 413; too slow: 408),
     then admit.
 
-    Admission is one request at a time: each waits its turn (`self.turn`) after its body is
-    read, and the route hands the turn on as soon as the request is booked. The event loop
-    reads new requests between two turns (each admission waits for a pass of it), and
-    the HTTP protocol notes each one's arrival as it reads its head (connections.py), so when
-    many arrive at once none waits for the others to be parsed before its clock starts.
+    Admission is one request at a time: each waits for the admission lock (`self.admitting`)
+    after its body is read, and the route releases it as soon as the request is booked. The
+    event loop reads new requests between two admissions (each admission waits for a pass of
+    it), and the HTTP protocol notes each one's arrival as it reads its head (connections.py),
+    so when many arrive at once none waits for the others to be parsed before its clock starts.
     """
 
     def __init__(self, app: Any, limit: int, timeout_s: float) -> None:
         self.app, self.limit, self.timeout_s = app, limit, timeout_s
-        self.turn = asyncio.Lock()
+        self.admitting = asyncio.Lock()
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -70,14 +70,14 @@ class Intake:
         body = await self._body(scope, receive, send)
         if body is None:
             return None  # refused (413, 408), or the client left before its body was whole
-        await self.turn.acquire()
+        await self.admitting.acquire()
         admitted = False
 
         def admit() -> None:
             nonlocal admitted
             if not admitted:
                 admitted = True
-                self.turn.release()
+                self.admitting.release()
 
         scope.setdefault("state", {})["intake"] = Admission(arrival, admit)  # Starlette's request.state
         try:
@@ -88,7 +88,7 @@ class Intake:
             await asyncio.sleep(0)
             await self.app(scope, _replay(body, receive), send)
         finally:
-            admit()  # other routes, and errors: the turn passes when the reply is done
+            admit()  # other routes, and errors: the next is admitted when the reply is done
 
     async def _body(self, scope: dict, receive: Any, send: Any) -> bytes | None:
         """The whole body; None once the request is refused (413, 408) or its client left."""

@@ -2,13 +2,19 @@
 
 It runs as a real separate process on a free loopback port, exactly as a
 learner's `make mock` does, and is stopped when the `with` block ends, also
-when the block fails or is interrupted.
+when the block fails or is interrupted (Ctrl+C, or pytest-timeout's signal,
+which raises inside the block). It runs in a process group of its own, which
+is what is stopped; a server the block could not stop (a second interruption
+while it waits) is stopped when Python exits (`atexit`).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import os
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -53,20 +59,41 @@ def wait_until_serving(base_url: str, proc: subprocess.Popen, timeout_s: float =
     raise FelabError(f"the practice server did not answer at {base_url} within {timeout_s:.0f} s.")
 
 
+RUNNING: set[subprocess.Popen] = set()
+"""Servers started here and not yet stopped."""
+
+
+def stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """Stop `proc`'s process group: SIGTERM, then SIGKILL after `grace_s`; wait for it either way."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is not None:  # already gone (and reaped: its id may be another's now)
+            break
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)  # its own group (start_new_session): the server and anything it started
+        try:
+            proc.wait(timeout=grace_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    RUNNING.discard(proc)
+
+
+@atexit.register
+def _stop_the_rest() -> None:
+    for proc in list(RUNNING):
+        stop(proc, grace_s=2.0)
+
+
 @contextlib.contextmanager
 def practice_server(*flags: str) -> Iterator[str]:
     """Run `python -m felab.mock_server` on a free port; yield its base URL (…/v1)."""
     port = free_port()
     cmd = [sys.executable, "-m", "felab.mock_server", "--port", str(port), *flags]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, start_new_session=True)
+    RUNNING.add(proc)
     base_url = f"http://127.0.0.1:{port}/v1"
     try:
         wait_until_serving(base_url, proc)
         yield base_url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)

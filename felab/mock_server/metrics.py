@@ -7,7 +7,7 @@ What a learner reads here reads the same on a vLLM server's /metrics:
     vllm:prompt_tokens_total           counter    prompt tokens of admitted requests
     vllm:generation_tokens_total       counter    reply tokens sent (a hung-up reply: those sent before)
     vllm:num_requests_running          gauge      requests in prefill or decoding, now
-    vllm:num_requests_waiting          gauge      requests waiting for the prefill lane, now
+    vllm:num_requests_waiting          gauge      requests waiting for a seat or the prefill lane, now
     vllm:time_to_first_token_seconds   histogram  each first token's time, as the timing model booked
                                                   it, counted when its reply ends (no first token,
                                                   no sample; the x-felab-predicted-ttft-ms header is
@@ -118,7 +118,7 @@ class FleetCollector(Collector):
             "vllm:num_requests_running", "Requests in prefill or decoding.", labels=LABELS
         )
         waiting = GaugeMetricFamily(
-            "vllm:num_requests_waiting", "Requests waiting for the prefill lane.", labels=LABELS
+            "vllm:num_requests_waiting", "Requests waiting for a seat or the prefill lane.", labels=LABELS
         )
         for r in snap.replicas:
             turns = [turn for index, turn in snap.in_flight if index == r.index]

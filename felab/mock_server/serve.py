@@ -1,6 +1,6 @@
 """`python -m felab.mock_server`: the practice server's command line (flags, then uvicorn).
 
-Every flag's default comes from `DEFAULTS` in config.py.
+Every setting's flag is written from its one declaration in config.py (flags.py).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from typing import Any
 import click
 
 from felab.mock_server.config import DEFAULT_PORT, DEFAULTS, HEALTH_NAME, Settings
-from felab.mock_server.faults import FAULT_TYPES, HideStreamCuts
-from felab.mock_server.fleet import ROUTES
+from felab.mock_server.faults import HideStreamCuts
+from felab.mock_server.flags import server_options, to_settings
+from felab.mock_server.profile import profile_option
 
 D = DEFAULTS
 
@@ -73,88 +74,16 @@ def port_in_use(host: str, port: int) -> str:
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
 @click.option("--port", default=DEFAULT_PORT, show_default=True, help="port to listen on")
-@click.option("--model", default=D.model, show_default=True, help="the model id it serves")
-@click.option(
-    "--overhead-ms", default=D.overhead_ms, show_default=True, help="fixed cost of every request, ms"
-)
-@click.option(
-    "--prefill-tps", default=D.prefill_tps, show_default=True, help="prefill rate, prompt tokens per second"
-)
-@click.option(
-    "--decode-tps", default=D.decode_tps, show_default=True, help="decode rate per stream, tokens per second"
-)
-@click.option(
-    "--cache-blocks",
-    default=D.cache_blocks,
-    show_default=True,
-    help="prefix-cache capacity in blocks of --block-tokens tokens (least recently used evicted)",
-)
-@click.option(
-    "--block-tokens",
-    default=D.block_tokens,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="tokens per cache block (only full blocks are cached; Mooncake's traces use 512)",
-)
-@click.option(
-    "--context-tokens", default=D.context_tokens, show_default=True, help="largest prompt + reply, tokens"
-)
-@click.option(
-    "--replicas",
-    default=D.replicas,
-    show_default=True,
-    type=click.IntRange(1, 256),
-    help="copies behind this one address, each with its own cache and prefill lane",
-)
-@click.option(
-    "--route",
-    default=D.route,
-    show_default=True,
-    type=click.Choice(ROUTES),
-    help="how a request picks a replica (affinity: by x-session-affinity or user, else random)",
-)
-@click.option(
-    "--cache-ttl",
-    type=click.FloatRange(min=0, min_open=True),
-    help="seconds a cached block may stay unused before it expires [default: never]",
-)
-@click.option(
-    "--fail-rate",
-    default=D.fail_rate,
-    show_default=True,
-    type=click.FloatRange(0, 1),
-    help="share of valid chat requests that fail on purpose (0.05 = 5%)",
-)
-@click.option(
-    "--fail-types",
-    default=",".join(D.fail_types),
-    show_default=True,
-    help="which failures --fail-rate injects, comma-separated: 429, 503, 500, cut (a stream cut mid-way)",
-)
-@click.option(
-    "--idle-timeout",
-    "idle_timeout_s",
-    default=D.idle_timeout_s,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="seconds before a connection with no request under way is closed",
-)
-@click.option(
-    "--request-timeout",
-    "request_timeout_s",
-    default=D.request_timeout_s,
-    show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
-    help="seconds a request's headers, then its body, may take to arrive (a late body gets 408)",
-)
-@click.option("--seed", default=D.seed, show_default=True, help="seed for random routing and failure draws")
-def main(host: str, port: int, fail_types: str, cache_ttl: float | None, **flags: Any) -> None:
+@profile_option()  # --profile FILE: a calibrated twin's settings as these flags' defaults
+@server_options  # one flag per setting, written from its declaration in config.py
+def main(host: str, port: int, **values: Any) -> None:
     """The practice server: an OpenAI-compatible server with a prefix cache, offline.
 
     \b
     Examples:
       python -m felab.mock_server
       python -m felab.mock_server --port 9000 --prefill-tps 1050
+      python -m felab.mock_server --profile data/profiles/lesson-mac.toml
       python -m felab.mock_server --replicas 18 --route affinity --cache-ttl 60
       python -m felab.mock_server --fail-rate 0.1 --fail-types 429,cut --seed 7
       curl -X POST http://127.0.0.1:8765/admin/reset     # empty its cache
@@ -165,16 +94,9 @@ def main(host: str, port: int, fail_types: str, cache_ttl: float | None, **flags
     from felab.mock_server.app import create_app
     from felab.mock_server.connections import uvicorn_config
 
+    settings = to_settings(values)  # a bad flag is named first, whatever holds the port
     if not port_is_free(host, port):
         raise click.ClickException(port_in_use(host, port))
-    kinds = tuple(k.strip() for k in fail_types.split(",") if k.strip())
-    if not kinds or set(kinds) - set(FAULT_TYPES):
-        hint = f"use some of {', '.join(FAULT_TYPES)}, comma-separated"
-        raise click.BadParameter(hint, param_hint="--fail-types")
-    try:
-        settings = Settings(fail_types=kinds, cache_ttl_s=cache_ttl, **flags)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from exc
     print(
         f"practice server listening on http://{host}:{port}/v1 · {describe(settings)} · Ctrl+C stops it",
         flush=True,
@@ -191,6 +113,8 @@ def describe(s: Settings) -> str:
         words.append(f"{s.block_tokens}-token cache blocks")
     if s.replicas > 1:
         words.append(f"{s.replicas} replicas, route {s.route}")
+    if s.seats is not None:  # llama.cpp's split: the learner should see each seat's context
+        words.append(f"{s.seats} seats of {s.context_tokens // s.seats:,} tokens ({s.cache_mode} cache)")
     if s.cache_ttl_s:
         words.append(f"cache TTL {s.cache_ttl_s:g} s")
     if s.fail_rate:

@@ -1,17 +1,24 @@
 """The practice server's timing model: how long a real server would take.
 
-    time to first token = overhead + wait for the prefill lane + uncached tokens / prefill rate
-    each further token  = 1 / decode rate after the one before
+    time to first token = overhead + wait (for a seat, then the prefill lane) + prefill
+    prefill             = uncached / prefill rate
+                          + attention_ns·1e-9 · uncached · (context before + uncached / 2)
+    each further token  = 1 / decode rate · (1 + decode_slowdown · (streams - 1)) after the one before
 
 Defaults (the lesson's, in config.py): 15 ms overhead, prefill at 2,500 tokens/s,
-decode at 400 tokens/s. A cold 3,045-token prompt: 15 + 3045/2500·1000 ≈ 1,233 ms.
-The same prompt with all but its last ~50 tokens cached: 15 + 50/2.5 ≈ 35 ms.
+decode at 400 tokens/s, no attention term, no slowdown, no seat limit. A cold
+3,045-token prompt: 15 + 3045/2500·1000 ≈ 1,233 ms. The same prompt with all but its
+last ~50 tokens cached: 15 + 50/2.5 ≈ 35 ms. The attention term makes prefill grow
+faster than linearly with the prompt, and a prompt read after a long cached context
+cost more per token; `streams` is the number of requests decoding on the replica when
+a request's first token comes (itself included), fixed when it is booked.
 
 How concurrent requests share the server. Like one GPU, each replica has one
 prefill lane: prompts are prefilled one after another, in arrival order, each
 at the full rate (a FIFO queue). Decoding is batched, as in vLLM or llama.cpp
-with several slots: every stream decodes at the full rate at once, so the
-queue for prefill is what makes a busy server's TTFT grow.
+with several slots: every stream decodes at once (at the full rate unless a
+profile sets a slowdown), so the queue for prefill, and for a seat where seats
+are limited (seats.py), is what makes a busy server's TTFT grow.
 
 The lane is a queue of bookings with known times, not a lock: a request's
 first-token time is known when it arrives, so the server sleeps until exact
@@ -26,25 +33,47 @@ runs live (the event loop's clock) and in a replay (a virtual clock).
 
 from __future__ import annotations
 
+import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class TimingModel:
-    """The rates of the modelled server (their defaults live in config.py)."""
+    """The rates of the modelled server (their defaults live in config.py).
+
+    Two terms are 0 by default (lesson 06's linear model) and set by a calibrated profile:
+    `attention_ns`, attention's cost per new token per token it attends to (a prompt read
+    after a long context costs more per token than the same prompt read cold), and
+    `decode_slowdown`, how much each further stream decoding on the replica slows a stream.
+    """
 
     overhead_ms: float
     prefill_tokens_per_s: float
     decode_tokens_per_s: float
+    attention_ns: float = 0.0
+    decode_slowdown: float = 0.0
 
-    def prefill_s(self, uncached_tokens: int) -> float:
-        """Seconds to prefill the tokens the cache did not have."""
-        return uncached_tokens / self.prefill_tokens_per_s
+    def prefill_s(self, uncached_tokens: int, context_before: int = 0) -> float:
+        """Seconds to prefill the tokens the cache did not have, after `context_before` tokens
+        already in context (the cached part): the linear term, plus attention, where each new
+        token attends to the context and to the new tokens before it (on average half of them)."""
+        attention = self.attention_ns * 1e-9 * uncached_tokens * (context_before + uncached_tokens / 2)
+        return uncached_tokens / self.prefill_tokens_per_s + attention
 
-    def token_interval_s(self) -> float:
-        """Seconds between two generated tokens of one stream."""
-        return 1.0 / self.decode_tokens_per_s
+    def prefilled_tokens(self, seconds: float, context_before: int = 0) -> int:
+        """How many tokens `seconds` of prefill computes after `context_before` (prefill_s inverted)."""
+        k, b = self.attention_ns * 1e-9, 1 / self.prefill_tokens_per_s
+        if k == 0:
+            return int(round(seconds * self.prefill_tokens_per_s))
+        b += k * context_before  # solve k/2 u² + b u = seconds for u
+        return int((math.sqrt(b * b + 2 * k * seconds) - b) / k + 1e-9)
+
+    def token_interval_s(self, streams: int = 1) -> float:
+        """Seconds between two generated tokens of one stream, with `streams` decoding on its
+        replica (fixed when a request is booked: an approximation, as the number changes)."""
+        return (1 + self.decode_slowdown * max(streams - 1, 0)) / self.decode_tokens_per_s
 
 
 @dataclass(eq=False)  # each turn is itself: the lane finds and removes it by identity
@@ -54,6 +83,8 @@ class Prefill:
     ready_at: float
     seconds: float
     start: float
+    dropped: bool = False
+    """Hung up before it started, with nothing kept: it leaves the lane at the next reflow."""
 
     @property
     def end(self) -> float:
@@ -88,25 +119,45 @@ class PrefillLane:
 
         Returns the prefills that moved up (their `start` changed), so their waiters can be woken.
         """
-        if turn not in self.queue or turn.end <= now:
-            return []  # already prefilled: the lane time was spent
-        at = self.queue.index(turn)
-        used = max(0.0, now - turn.start)
-        kept = min(turn.seconds, max(used, keep_s))
+        return self.reflow(now) if self.shorten(turn, now, keep_s) else []
+
+    def shorten(self, turn: Prefill, now: float, keep_s: float = 0.0) -> bool:
+        """Cut `turn` to the time it used by `now` or `keep_s`, whichever is longer (never longer
+        than it was); one that never started and keeps nothing leaves the lane. Moves no other
+        turn (`reflow` does, once, after any number of these). True if it gave time back."""
+        if turn.dropped or turn.end <= now:
+            return False  # already prefilled: the lane time was spent
+        kept = min(turn.seconds, max(now - turn.start, keep_s, 0.0))
         if kept >= turn.seconds:
-            return []  # every second of it is still needed
-        if kept > 0:  # prefilling now, or work later prompts rely on: that much stays
-            turn.seconds, base, after = kept, turn.start + kept, at + 1
-        else:  # still waiting, and nobody needs its work: it never uses the lane
-            del self.queue[at]
-            turn.seconds = 0.0
-            base, after = (max(now, self.queue[at - 1].end) if at else now), at  # never in the past
-        moved = []
-        for later in list(self.queue)[after:]:
-            start = max(later.ready_at, base)
-            if start != later.start:
-                later.start = start
-                moved.append(later)
-            base = later.end
+            return False  # every second of it is still needed
+        turn.seconds = kept
+        turn.dropped = kept == 0 and turn.start > now  # still waiting, and nobody needs its work
+        return True
+
+    def reflow(
+        self,
+        now: float,
+        before: Callable[[Prefill], None] | None = None,
+        after: Callable[[Prefill], None] | None = None,
+    ) -> list[Prefill]:
+        """Place again, in order, every prefill not started by `now`: `before(turn)` may move its
+        `ready_at` earlier (a seat freed up: seats.py), then it starts as soon as it is ready and
+        the prefill before it is done (never before `now`); `after(turn)` sees its new times.
+        Turns dropped by `shorten` leave the lane. The turns that moved."""
+        self.queue = deque(turn for turn in self.queue if not turn.dropped)
+        moved, base = [], now
+        for turn in self.queue:
+            if turn.start <= now:  # started: its start is history
+                base = max(base, turn.end)
+                continue
+            if before:
+                before(turn)
+            start = max(turn.ready_at, base)
+            if start != turn.start:
+                turn.start = start
+                moved.append(turn)
+            base = turn.end
+            if after:
+                after(turn)
         self.free_at = self.queue[-1].end if self.queue else min(self.free_at, now)
         return moved

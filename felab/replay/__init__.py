@@ -5,7 +5,7 @@
 
 Read it in this order; each file holds one idea:
 
-    trace.py     Mooncake's format: reading a trace line by line, checking it, its block size
+    trace.py     Mooncake's format: reading a trace in chunks, checking each line, its block size
     sweep.py     the flags: a list in a flag sweeps it, each combination one `Settings`
     virtual.py   virtual time: the booking core (mock_server/booking.py) on a clock that jumps
     synth.py     text for a trace that has none: equal hash ids become equal text blocks
@@ -14,6 +14,7 @@ Read it in this order; each file holds one idea:
     report.py    the rows as tables
     plot.py      a sweep's picture: hit rate and TTFT p95 against the swept value
     agent.py     lesson 06's agent as a trace: one opening, growing history, idle spells
+    parallel.py  a sweep's configurations: serially, in --jobs processes, or on a Dask cluster
     command.py   the command line (click), wiring the rest
     bench.py     make bench's replay phase: the whole trace, timed
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib.util
 import json
 import lzma
 from collections.abc import Iterator
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -22,10 +23,12 @@ import click
 
 from felab.errors import FelabError
 from felab.mock_server.config import DEFAULTS, Settings
+from felab.mock_server.flags import SettingType
+from felab.mock_server.profile import UNFLAGGED, profile_option
 from felab.paths import from_here, learner_folder, results_dir
 from felab.prices import PRICES, Price, price_for
-from felab.replay import agent, report, trace
-from felab.replay.sweep import KNOBS, UNLIMITED, Knob, configurations, default_text
+from felab.replay import agent, parallel, report, trace
+from felab.replay.sweep import KNOBS, Knob, configurations, default_text, recorded
 from felab.replay.tally import summary
 from felab.results import record
 from felab.targets import TARGETS, Target
@@ -33,22 +36,23 @@ from felab.targets import TARGETS, Target
 PRICED = ("fireworks", "accounts/fireworks/models/gpt-oss-120b")
 """Whose prices the cost columns use unless --price-in/--price-cached say otherwise."""
 
-KNOB_HELP = {
-    "replicas": "copies behind one address, each with its own cache and prefill lane",
-    "route": "how a request picks a replica: random, round-robin, affinity (by session_id), prefix",
-    "cache_blocks": "prefix-cache capacity per replica, in blocks; `unlimited` for no limit",
-    "cache_ttl_s": "seconds of trace time a cached block may stay unused; `never`",
-    "prefill_tps": "prefill rate, prompt tokens per second, one prompt at a time per replica",
-    "overhead_ms": "fixed cost of every request, ms",
-    "decode_tps": "decode rate per stream, tokens per second",
-}
+FROM_TRACE = "block_tokens"
+"""The one setting whose replay default is not the server's: the block size the trace's hash ids
+were made with, worked out from its first lines (trace.block_tokens)."""
 
 
 def knob_options(f: Any) -> Any:
-    """One option per sweepable flag, its default read from DEFAULTS."""
+    """One option per setting that shapes the model, written from its declaration (config.py)."""
     for knob in reversed(KNOBS):
-        help_ = f"{KNOB_HELP[knob.field]}; comma-separated values sweep it"
-        f = click.option(knob.flag, knob.field, default=default_text(knob), show_default=True, help=help_)(f)
+        trace_default = knob.field == FROM_TRACE
+        default = None if trace_default else default_text(knob)
+        shown: bool | str = "worked out from the trace; 512 for Mooncake's" if trace_default else True
+        help_ = f"{knob.help}; comma-separated values sweep it"
+        metavar = SettingType(knob.declared).name + ",..."
+        option = click.option(
+            knob.flag, knob.field, default=default, show_default=shown, metavar=metavar, help=help_
+        )
+        f = option(f)
     return f
 
 
@@ -60,20 +64,28 @@ def the_price(price_in: float | None, price_cached: float | None) -> tuple[Price
     return price, f"gpt-oss-120b on Fireworks, {price.source}"
 
 
-def setting_fields(s: Settings) -> dict[str, Any]:
-    """The settings that shape a replay, as its row records them."""
-    blocks = "unlimited" if s.cache_blocks == UNLIMITED else s.cache_blocks
-    keep = ("replicas", "route", "cache_ttl_s", "prefill_tps", "overhead_ms", "decode_tps", "seed")
-    return {"cache_blocks": blocks, **{k: v for k, v in asdict(s).items() if k in keep}}
+def run_virtual(
+    path: Path,
+    limit: int | None,
+    speed: float,
+    price: Price,
+    s: Settings,
+    data: bytes | None = None,
+    progress: bool = True,
+    remember: bool = False,
+) -> dict[str, Any]:
+    """One configuration in virtual time, as its row (`data`: the trace's bytes, on a Dask worker;
+    `remember`: a sweep, whose process keeps the parsed trace for its next configuration).
 
-
-def run_virtual(path: Path, limit: int | None, s: Settings, speed: float, price: Price) -> dict[str, Any]:
+    Module-level, its first four arguments bound with functools.partial: a sweep hands it to
+    worker processes (parallel.py)."""
     from felab.replay import virtual
 
-    tally, loads, wall = virtual.replay(path, trace.read_trace(path, limit), s, speed)
+    requests = trace.requests(path, limit, data, progress, remember)
+    tally, loads, wall = virtual.replay(path, requests, s, speed)
     head = {"mode": "virtual time", "target": "virtual", "model": s.model}
     capacity = s.replicas * s.prefill_tps
-    return {**head, **setting_fields(s), **summary(tally, loads, price, wall, capacity)}
+    return {**head, **recorded(s), **summary(tally, loads, price, wall, capacity)}
 
 
 @contextlib.contextmanager
@@ -101,7 +113,7 @@ def run_live(
         tally, wall = realtime.replay(path, trace.read_trace(path, limit), sender, speed, live["workers"])
     if tally.failed and not tally.requests:
         raise FelabError(f"Every request of the replay failed; the first: {tally.first_error}")
-    settings = setting_fields(s) if own else dict.fromkeys(setting_fields(s))
+    settings = recorded(s) if own else dict.fromkeys(recorded(s))
     head = {"mode": "real time", "target": target.name, "model": target.model, "base_url": target.base_url}
     capacity = s.replicas * s.prefill_tps if own else None  # known only for a server started here
     return {**head, **settings, **summary(tally, None, price, wall, capacity)}
@@ -121,6 +133,11 @@ def check_live(ctx: click.Context, name: str | None, base_url: str | None, confi
     """In real time against a server started elsewhere, the model's flags cannot apply."""
     if not name and base_url:
         raise click.UsageError("--base-url is for real time: add --target (mock, llamacpp, ...) too.")
+    if name and (ctx.params.get("jobs") or ctx.params.get("scheduler")):
+        raise click.UsageError(
+            "--jobs and --scheduler are for virtual time (no --target): a real-time replay measures "
+            "wall-clock time, so its configurations run one after another."
+        )
     own = name == "mock" and not base_url
     if name and not own and len(configs) > 1:
         raise click.UsageError(
@@ -157,12 +174,6 @@ def picture(rows: list[dict[str, Any]], swept: list[Knob]) -> str:
 @click.option("--limit", type=click.IntRange(min=1), help="replay only the first N requests")
 @knob_options
 @click.option(
-    "--block-tokens",
-    type=click.IntRange(min=1),
-    help="tokens per block [default: worked out from the trace; 512 for Mooncake's]",
-)
-@click.option("--seed", default=DEFAULTS.seed, show_default=True, help="seed for random routing")
-@click.option(
     "--speed",
     default=1.0,
     show_default=True,
@@ -182,9 +193,22 @@ def picture(rows: list[dict[str, Any]], swept: list[Knob]) -> str:
     type=click.IntRange(min=1),
     help="real time: requests in flight at most",
 )
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    help="virtual-time sweeps: run this many configurations at once, each in its own process "
+    "[default: one per core]",
+)
+@click.option(
+    "--scheduler",
+    metavar="tcp://HOST:PORT",
+    help="virtual-time sweeps: run the configurations on this Dask cluster (`make cluster` installs "
+    "Dask; see docs/replay.md)",
+)
 @click.option("--price-in", type=float, metavar="USD", help="list price of input tokens, USD per 1M")
 @click.option("--price-cached", type=float, metavar="USD", help="price of cached input tokens, USD per 1M")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per configuration, for a program")
+@profile_option(skip=(FROM_TRACE,), note=" (the block size stays the trace's)")
 @click.pass_context
 def replay_command(ctx: click.Context, trace_path: Path | None, limit: int | None, **flags: Any) -> None:
     """Replay a production trace through the practice server's model, or send it to a server.
@@ -204,24 +228,20 @@ def replay_command(ctx: click.Context, trace_path: Path | None, limit: int | Non
       python -m felab replay --replicas 1,8,18,64 --route random,prefix
       python -m felab replay results/agent-trace.jsonl --replicas 18 --route random,affinity
       python -m felab replay --limit 100 --speed 20 --prefill-tps 100000 --target mock
+      python -m felab replay --profile data/profiles/lesson-mac.toml --replicas 1,18
     """
     path = trace.MOONCAKE if trace_path is None else learner_folder() / trace_path  # as typed there
     guard_paid(flags["target"], limit)
-    block = flags["block_tokens"] or trace.block_tokens(path, limit)
-    base = replace(DEFAULTS, block_tokens=block, seed=flags["seed"])
+    if flags[FROM_TRACE] is None:
+        flags[FROM_TRACE] = str(trace.block_tokens(path, limit))
+    base = replace(DEFAULTS, **ctx.meta.get(UNFLAGGED, {}))  # a --profile's settings replay has no flag for
     configs, swept = configurations({k.field: flags[k.field] for k in KNOBS}, base)
     check_live(ctx, flags["target"], flags["base_url"], configs)
     price, whose = the_price(flags["price_in"], flags["price_cached"])
-    live = {k: flags[k] for k in ("target", "base_url", "model", "max_tokens", "workers")}
     rows = []
-    for s in configs:
-        if len(configs) > 1 or flags["target"]:
-            click.echo(f"  replaying {path.name}: {describe(s, swept)} ...", err=True)
-        if flags["target"]:
-            row = run_live(path, limit, s, flags["speed"], price, live)
-        else:
-            row = run_virtual(path, limit, s, flags["speed"], price)
-        row = {"trace": path.name, "block_tokens": block, "speed": flags["speed"], **row, "prices": whose}
+    for s, got in zip(configs, run_configs(path, limit, configs, swept, price, flags), strict=True):
+        head = {"trace": path.name, "block_tokens": s.block_tokens, "speed": flags["speed"]}
+        row = {**head, **got, "prices": whose}
         record("replay", row)
         rows.append(row)
         if flags["as_json"]:
@@ -235,9 +255,42 @@ def replay_command(ctx: click.Context, trace_path: Path | None, limit: int | Non
                 click.echo("\n" + line)
 
 
+def run_configs(
+    path: Path, limit: int | None, configs: list[Settings], swept: list[Knob], price: Price, flags: dict
+) -> Iterator[dict[str, Any]]:
+    """Every configuration's row, in order, each as soon as it is done: in real time one after
+    another; in virtual time serially, in --jobs processes or on the --scheduler's Dask cluster
+    (parallel.py)."""
+    if flags["target"]:
+        live = {k: flags[k] for k in ("target", "base_url", "model", "max_tokens", "workers")}
+        for s in configs:
+            click.echo(f"  replaying {path.name}: {describe(s, swept)} ...", err=True)
+            yield run_live(path, limit, s, flags["speed"], price, live)
+        return
+    jobs = min(flags["jobs"] or parallel.cores(), len(configs))
+    scheduler = flags["scheduler"]
+    serial = jobs == 1 and not scheduler
+    if len(configs) > 1 and not serial:
+        where = f"on the Dask cluster at {scheduler}" if scheduler else f"in {jobs} processes (--jobs {jobs})"
+        click.echo(f"  replaying {path.name}: {len(configs)} configurations {where} ...", err=True)
+
+    def tell(event: str, s: Settings) -> None:
+        if len(configs) > 1:
+            click.echo(
+                f"  {'replaying ' + path.name if event == 'start' else 'done'}: {describe(s, swept)}",
+                err=True,
+            )
+
+    sweep = len(configs) > 1  # then each process keeps the parsed trace for its next configuration
+    run_one = functools.partial(
+        run_virtual, path, limit, flags["speed"], price, progress=serial, remember=sweep
+    )
+    yield from parallel.run_all(run_one, configs, jobs, scheduler, path, tell)
+
+
 def describe(s: Settings, swept: list[Knob]) -> str:
     """A configuration in a few words, for the progress line."""
-    fields = setting_fields(s)
+    fields = recorded(s)
     return ", ".join(f"{k.column} {report.knob_cell(k, fields)}" for k in report.config_knobs(swept))
 
 

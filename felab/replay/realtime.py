@@ -29,7 +29,7 @@ from pathlib import Path
 from felab.connect import client
 from felab.errors import FelabError
 from felab.mock_server.config import Settings
-from felab.replay.sweep import UNLIMITED
+from felab.mock_server.flags import MODEL, command_line
 from felab.replay.synth import SMALLEST_BLOCK, prompt_text, template
 from felab.replay.tally import Tally
 from felab.replay.trace import TraceRequest, check_blocks
@@ -111,13 +111,6 @@ def replay(
 
 
 def server_flags(s: Settings) -> list[str]:
-    """The practice server's flags for these settings, so a real server runs the virtual model's."""
-    flags = [
-        "--replicas", str(s.replicas), "--route", s.route, "--block-tokens", str(s.block_tokens),
-        "--prefill-tps", f"{s.prefill_tps:g}", "--overhead-ms", f"{s.overhead_ms:g}",
-        "--decode-tps", f"{s.decode_tps:g}", "--seed", str(s.seed),
-        "--cache-blocks", str(s.cache_blocks if s.cache_blocks != UNLIMITED else 2**62),
-    ]  # fmt: skip
-    if s.cache_ttl_s is not None:
-        flags += ["--cache-ttl", f"{s.cache_ttl_s:g}"]
-    return flags
+    """The practice server's flags for these settings, so a real server runs the virtual model's
+    (written from the settings' declarations: only those that differ from the defaults)."""
+    return command_line(s, MODEL)

@@ -123,11 +123,19 @@ def overload_note(rows: Sequence[dict[str, Any]]) -> str:
     if not over:
         return ""
     which = "this configuration" if len(rows) == 1 else f"{len(over)} of these {len(rows)} configurations"
+    held = max((r.get("in_flight_max") or 0 for r in over), default=0)
+    held_text = (
+        f" Up to {held:,} requests were waiting or running at once (a replay holds each until its "
+        f"reply ends, so its memory grows with the backlog)."
+        if held
+        else ""
+    )
     return (
         f"note: {which} cannot keep up: the uncached prompt tokens need more prefill time than the "
         f"trace lasts (prefill busy over 100%), so requests wait longer and longer, and TTFT is "
-        f"mostly queue. Add replicas (--replicas 8,18,64) or model faster hardware (--prefill-tps; "
-        f"the default, 2,500 tokens/s, is a laptop's; a data-centre GPU reads tens of thousands)."
+        f"mostly queue.{held_text} Add replicas (--replicas 8,18,64) or model faster hardware "
+        f"(--prefill-tps; the default, 2,500 tokens/s, is a laptop's; a data-centre GPU reads tens "
+        f"of thousands)."
     )
 
 

@@ -2,92 +2,91 @@
 
     --replicas 1,8,18 --route random,affinity,prefix   ->  9 configurations
 
-Each configuration is the practice server's own `Settings` (config.py), so a flag means
-here what it means to `python -m felab.mock_server`, and its default is read from
-`DEFAULTS`, never written again. Two values are the replay's own spelling:
-`--cache-blocks unlimited` (a cache larger than any trace) and `--cache-ttl never`.
+Each configuration is the practice server's own `Settings` (config.py), and the flags are
+written from the same declarations as the server's (mock_server/flags.py): a flag means
+here what it means to `python -m felab.mock_server`, with the same default, spellings
+(`--cache-blocks unlimited`, `--cache-ttl never`) and bounds. Every setting that shapes the
+model is a flag here; a new one is one field in `Settings`.
 """
 
 from __future__ import annotations
 
 import itertools
-import sys
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import Field, dataclass
 from typing import Any
 
 import click
 
-from felab.mock_server.config import DEFAULTS, Settings
+from felab.mock_server.config import DEFAULTS, UNLIMITED, Settings
+from felab.mock_server.flags import flag, read, spell, sweep_fields, sweep_values, to_settings
 
-UNLIMITED = sys.maxsize
-"""`--cache-blocks unlimited`: no trace has that many blocks, so nothing is ever evicted."""
+ALWAYS = ("replicas", "route", "cache_blocks")
+"""The settings every table shows, first and in this order; any other shows when it is swept."""
 
 
 @dataclass(frozen=True)
 class Knob:
-    """One sweepable flag: its name, the Settings field it sets, and how a value is read."""
+    """One setting as replay shows it: its flag, its Settings field, its column in the tables."""
 
-    flag: str
-    field: str
-    read: Callable[[str], Any]
-    column: str
-    """Its column in the table."""
+    declared: Field
+
+    @property
+    def field(self) -> str:
+        return self.declared.name
+
+    @property
+    def flag(self) -> str:
+        return flag(self.declared)
+
+    @property
+    def column(self) -> str:
+        return self.declared.metadata["column"] or self.field.replace("_", " ")
+
+    @property
+    def help(self) -> str:
+        return self.declared.metadata["help"]
+
+    def read(self, text: str) -> Any:
+        return read(self.declared, text)
+
+    def spell(self, value: Any) -> str:
+        return spell(self.declared, value)
 
 
-def whole(text: str) -> int:
-    return int(text)
+def _order(f: Field) -> int:
+    return ALWAYS.index(f.name) if f.name in ALWAYS else len(ALWAYS)
 
 
-def blocks(text: str) -> int:
-    return UNLIMITED if text.lower() in ("unlimited", "inf") else int(text)
-
-
-def ttl(text: str) -> float | None:
-    return None if text.lower() in ("never", "none") else float(text)
-
-
-KNOBS = (
-    Knob("--replicas", "replicas", whole, "replicas"),
-    Knob("--route", "route", str, "route"),
-    Knob("--cache-blocks", "cache_blocks", blocks, "cache blocks"),
-    Knob("--cache-ttl", "cache_ttl_s", ttl, "TTL s"),
-    Knob("--prefill-tps", "prefill_tps", float, "prefill tok/s"),
-    Knob("--overhead-ms", "overhead_ms", float, "overhead ms"),
-    Knob("--decode-tps", "decode_tps", float, "decode tok/s"),
-)
+KNOBS = tuple(Knob(f) for f in sorted(sweep_fields(), key=_order))
 
 
 def default_text(knob: Knob) -> str:
     """A flag's default as the learner would type it (from DEFAULTS)."""
-    value = getattr(DEFAULTS, knob.field)
-    if value is None:
-        return "never"
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    return knob.spell(getattr(DEFAULTS, knob.field))
 
 
 def values(knob: Knob, text: str) -> list[Any]:
-    """The comma-separated values of one flag, each read as its field wants."""
+    """The comma-separated values of one flag, each read as its field reads one."""
     try:
-        return [knob.read(part.strip()) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r} is not a list of values, e.g. 1,8,18", param_hint=knob.flag
-        ) from None
+        return sweep_values(knob.declared, text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=knob.flag) from None
 
 
 def configurations(given: dict[str, str], base: Settings) -> tuple[list[Settings], list[Knob]]:
     """Every combination of the flags' values, and which flags vary (the swept ones).
 
-    `given`: each knob's field -> the flag's text. A value the server would refuse is a
-    usage error naming it.
+    `given`: each knob's field -> the flag's text (a field left out keeps `base`'s value).
+    A value the server would refuse is a usage error naming its flag.
     """
-    lists = {k.field: values(k, given[k.field]) for k in KNOBS}
-    swept = [k for k in KNOBS if len(lists[k.field]) > 1]
-    out = []
-    for combo in itertools.product(*lists.values()):
-        try:
-            out.append(replace(base, **dict(zip(lists, combo, strict=True))))
-        except ValueError as exc:
-            raise click.UsageError(str(exc)) from None
-    return out, swept
+    lists = {k.field: values(k, given[k.field]) for k in KNOBS if given.get(k.field) is not None}
+    swept = [k for k in KNOBS if len(lists.get(k.field, ())) > 1]
+    combos = itertools.product(*lists.values())
+    return [to_settings(dict(zip(lists, combo, strict=True)), base) for combo in combos], swept
+
+
+def recorded(s: Settings) -> dict[str, Any]:
+    """The settings that shape a replay, as its row records them (`unlimited` spelled out); the
+    block size is the row's own field (known in both modes: the trace's text is cut by it)."""
+    shown = (k.field for k in KNOBS if k.field != "block_tokens")
+    return {f: "unlimited" if getattr(s, f) == UNLIMITED else getattr(s, f) for f in shown}

@@ -48,6 +48,9 @@ class Tally:
     figures that need them are then shown as unknown, not assumed."""
     send_lag_s: array | None = None
     """How late each request left (real time only: the virtual clock is never late)."""
+    in_flight_max: int | None = None
+    """The most requests booked and not yet over at once, where the driver holds them (virtual time):
+    a fleet that cannot keep up holds nearly every request, and the replay's memory grows with it."""
     lane_uncached: list[int] | None = None
     """Uncached prompt tokens each replica prefilled, where the driver sees them (virtual time)."""
 
@@ -136,6 +139,7 @@ def summary(
         "load_max": max(loads) if loads else None,
         "load_mean": mean_load,
         "load_max_over_mean": max(loads) / mean_load if loads and mean_load else None,
+        "in_flight_max": t.in_flight_max,
         "same_replica_pct": 100 * t.same_replica / t.followed if t.followed else None,
         "cost_list_usd": t.prompt_tokens * price.input / 1e6 if known else None,
         "cost_cached_usd": (uncached * price.input + t.cached_tokens * price.cached) / 1e6 if known else None,

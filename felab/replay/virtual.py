@@ -12,6 +12,14 @@ time. Nothing sleeps: the clock jumps from one event to the next, so an hour of 
 takes seconds. As live, a request finds the blocks of every prompt booked before it on
 its replica (the lane is first come first served).
 
+Memory. A request is held from its booking until its reply ends in trace time, then
+retired (`PracticeModel.finish`), as the live server does. A fleet that keeps up holds
+a few hundred; one that cannot holds every request still queued, which on an overloaded
+replica is most of the trace: so what is held per request is kept small (its ids as
+`array('q')` until booked, then dropped; about 0.75 KB of the core's booking and lane
+turn remains), `in_flight_max` in the row says how many were held at once, and the TTFT
+and queue percentiles keep 16 bytes a request (tally.py).
+
 The prompt's keys are the trace's own ids, used as they are: Mooncake's ids already
 stand for a block *and everything before it* (see trace.py), which is what the
 practice server's chained keys are (cache.py, `block_keys`). Only full blocks are keys,
@@ -67,7 +75,9 @@ def replay(
             replica=booking.replica.index,
             session=request.session,
         )
+        booking.keys = ()  # only a hang-up reads them again (PracticeModel.cancel); a replay never hangs up
         heapq.heappush(ends, (reply_end(booking), next(order), booking))
+        tally.in_flight_max = max(tally.in_flight_max or 0, len(ends))
     wall = time.perf_counter() - t0
     tally.lane_uncached = [r.stats.prompt_tokens - r.stats.hits for r in model.fleet.replicas]
     return tally, [r.stats.requests for r in model.fleet.replicas], wall

@@ -14,13 +14,17 @@
 
 SCRIPT="${BASH_SOURCE[1]:-$0}"   # the serve_*.sh that sources this file
 SCRIPT_NAME="${SCRIPT##*/}"      # its name, which starts its messages
-KIT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# Physical paths (cd -P, pwd -P): the lessons are also reached through 03-labs/lessons, a link,
+# and a logical `..` from there would land in 03-labs/, not in the kit.
+KIT_ROOT="$(cd -P "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)"
 
 # kit_make TARGET: `make TARGET` as typed in the folder you ran the script from (advice to paste).
+# `make -C` changes folder physically, so the path is worked out from the physical folder.
 kit_make() {
-  if [[ "$PWD" == "$KIT_ROOT" || "$PWD" == "$KIT_ROOT/03-labs" ]]; then echo "make $1"; return; fi
-  local rel
-  rel="$(python3 -c 'import os, sys; print(os.path.relpath(*sys.argv[1:]))' "$KIT_ROOT" "$PWD" 2>/dev/null)" \
+  local here rel
+  here="$(pwd -P)"
+  if [[ "$here" == "$KIT_ROOT" || "$here" == "$KIT_ROOT/03-labs" ]]; then echo "make $1"; return; fi
+  rel="$(python3 -c 'import os, sys; print(os.path.relpath(*sys.argv[1:]))' "$KIT_ROOT" "$here" 2>/dev/null)" \
     || rel="$KIT_ROOT"
   echo "make -C $rel $1"
 }
@@ -68,6 +72,33 @@ need_whole_numbers() {
   for n in "$@"; do
     [[ "$n" =~ ^[0-9]+$ && "$n" =~ [1-9] ]] || fail 2 "'$n' is not a whole number of 1 or more (usage: $usage)"
   done
+}
+
+# need_at_most N USAGE: exit 2 if more than N words were given (POSITIONAL).
+need_at_most() {
+  if ((${#POSITIONAL[@]} > $1)); then
+    fail 2 "takes at most $1 values, not ${#POSITIONAL[@]} (${POSITIONAL[*]}); usage: $2"
+  fi
+}
+
+# need_a_name VALUE WHAT EXAMPLE USAGE: exit 2 if the first value is a number, as when it was
+# left out and the next one took its place (`16384 4` for `Q4_K_M 16384 4`), naming the
+# command with EXAMPLE put first. Nothing has started yet.
+need_a_name() {
+  local value="$1" what="$2" example="$3" usage="$4"
+  if [[ "$value" =~ ^[0-9]+$ ]]; then
+    fail 2 "'$value' is not $what: the first value is $what, such as $example (usage: $usage)." \
+      "Was it left out? With it first: bash $SCRIPT $example ${POSITIONAL[*]}"
+  fi
+}
+
+# need_seats_of_at_least MIN PER_SEAT WHAT: exit 2 if a seat would hold fewer than MIN tokens,
+# too few for any prompt. WHAT says how PER_SEAT came about.
+need_seats_of_at_least() {
+  if (($2 < $1)); then
+    fail 2 "$3 gives $2 tokens per seat, too few for any prompt (at least $1; lesson 06's" \
+      "3,000-token opening needs more than 3,000)."
+  fi
 }
 
 # missing_engine <<EOF ... EOF: print how to get the engine (the text on stdin) on

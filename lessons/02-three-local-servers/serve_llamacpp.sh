@@ -25,12 +25,17 @@ source "$(dirname "${BASH_SOURCE[0]}")/_serve_common.sh"   # parse_args, show, s
 
 DEFAULT_REPO="bartowski/Meta-Llama-3.1-8B-Instruct-GGUF"   # Llama 3.1 8B Instruct; Q4_K_M is 4.9 GB
 
+# ── check the arguments, before anything starts ──────────────────────────────
 parse_args "$@"
+USAGE="bash $SCRIPT_NAME [QUANT] [CTX] [PARALLEL], for example Q4_K_M 16384 4"
+need_at_most 3 "$USAGE"
 QUANT="${POSITIONAL[0]:-Q4_K_M}"
 CTX="${POSITIONAL[1]:-8192}"
 PARALLEL="${POSITIONAL[2]:-4}"
 PORT="${LLAMACPP_PORT:-8080}"
+need_a_name "$QUANT" "the quantisation" Q4_K_M "$USAGE"
 need_whole_numbers "[QUANT] [CTX] [PARALLEL]" "$CTX" "$PARALLEL" "$PORT"
+need_seats_of_at_least 256 $((CTX / PARALLEL)) "CTX $CTX shared by $PARALLEL seats"
 
 # ── find the binary ──────────────────────────────────────────────────────────
 SERVER="${LLAMA_SERVER:-}"

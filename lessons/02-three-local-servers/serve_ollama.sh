@@ -22,12 +22,17 @@ HELP_LINES=3,18   # the header above: what --help prints
 # shellcheck source-path=SCRIPTDIR source=_serve_common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/_serve_common.sh"   # parse_args, show, start_server, ...
 
+# ── check the arguments, before anything starts ──────────────────────────────
 parse_args "$@"
+USAGE="bash $SCRIPT_NAME [MODEL] [CTX] [PARALLEL], for example llama3.1:8b 8192 4"
+need_at_most 3 "$USAGE"
 MODEL="${POSITIONAL[0]:-llama3.1:8b}"
 CTX="${POSITIONAL[1]:-8192}"
 PARALLEL="${POSITIONAL[2]:-4}"
 PORT="${OLLAMA_PORT:-11434}"
+need_a_name "$MODEL" "the model" llama3.1:8b "$USAGE"
 need_whole_numbers "[MODEL] [CTX] [PARALLEL]" "$CTX" "$PARALLEL" "$PORT"
+need_seats_of_at_least 256 "$CTX" "CTX $CTX (Ollama's is per seat)"
 
 OLLAMA="${OLLAMA_BIN:-ollama}"
 if ! command -v "$OLLAMA" >/dev/null 2>&1; then

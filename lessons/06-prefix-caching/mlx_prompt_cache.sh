@@ -26,11 +26,13 @@ case "${1:-}" in
   *) echo "mlx_prompt_cache.sh: takes no arguments (try --help; the model comes from MLX_MODEL)" >&2; exit 2 ;;
 esac
 
+# Physical paths (cd -P, pwd -P) throughout: this folder is also reached through 03-labs/lessons,
+# a link, and a logical `..` from there would land in 03-labs/, not in the kit.
 MODEL="${MLX_MODEL:-mlx-community/Meta-Llama-3.1-8B-Instruct-4bit}"
-[[ -d "$MODEL" ]] && MODEL="$(cd "$MODEL" && pwd)"   # a local folder, named from where you are
-CALLER="$PWD"                                         # the folder you ran this from
-cd "$(dirname "${BASH_SOURCE[0]}")"
-KIT="$(cd ../.. && pwd)"
+[[ -d "$MODEL" ]] && MODEL="$(cd -P "$MODEL" && pwd -P)"   # a local folder, named from where you are
+CALLER="$(pwd -P)"                                          # the folder you ran this from
+cd -P "$(dirname "${BASH_SOURCE[0]}")"
+KIT="$(cd -P ../.. && pwd -P)"
 MAX_TOKENS="${MLX_MAX_TOKENS:-40}"
 QUESTION="Question: How do I rotate my API key?"
 
@@ -54,6 +56,37 @@ EOF
     exit 127
   fi
 done
+
+# A hub model is downloaded on first use. Offline, and not downloaded before, mlx_lm would stop
+# with a traceback: say so first, and name the kit's tiny model, which needs no network.
+in_hub_cache() {
+  local hub="${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}"
+  compgen -G "$hub/models--${1//\//--}/snapshots/*/config.json" >/dev/null
+}
+hub_answers() {   # any HTTP answer counts (a gated repo answers 401): only no answer at all is offline
+  [[ "${HF_HUB_OFFLINE:-0}" != 1 ]] && python3 -c 'import sys, urllib.error, urllib.request
+try:
+    urllib.request.urlopen(urllib.request.Request(sys.argv[1], method="HEAD"), timeout=5)
+except urllib.error.HTTPError:
+    pass' "${HF_ENDPOINT:-https://huggingface.co}/api/models/$1" 2>/dev/null
+}
+if [[ ! -d "$MODEL" ]] && ! in_hub_cache "$MODEL" && ! hub_answers "$MODEL"; then
+  TINY="$KIT/.tools/tiny-model/hf"
+  MAKE_TINY=""
+  [[ -f "$TINY/config.json" ]] || MAKE_TINY="Write it with:  $MAKE_KIT tiny-model      (once, seconds, offline)
+then run:  "
+  WHY="${HF_ENDPOINT:-https://huggingface.co} does not answer (no network?)"
+  [[ "${HF_HUB_OFFLINE:-0}" == 1 ]] && WHY="HF_HUB_OFFLINE=1 forbids downloading it"
+  cat >&2 <<EOF
+mlx_prompt_cache.sh: cannot get the model $MODEL: it is not downloaded yet and
+$WHY.
+Offline, use the kit's tiny model: random weights, so its answers are gibberish, but its
+Prompt: lines show the same thing (the whole opening read in step 1, only the question in step 3).
+${MAKE_TINY}MLX_MODEL=$(from_here "$TINY") $AGAIN
+Or, with a network, run this again to download $MODEL once.
+EOF
+  exit 1
+fi
 
 # The very same opening prefix_bench.py sends (no trailing newline, so steps 1 and 2 match),
 # written by the kit's Python (the active one may be another environment's), whole or not at all.

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from felab.paths import KIT_ROOT
+
 from .conftest import LESSON02, LESSON06, free_port, run_bash, serving
 
 SCRIPTS = [
@@ -138,6 +140,14 @@ def another_venv(tmp_path: Path) -> Path:
     return bin_dir
 
 
+def local_model(tmp_path: Path) -> Path:
+    """A local model folder (MLX_MODEL), so the script needs no download and asks no network."""
+    folder = tmp_path / "local-model"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
 def test_mlx_prompt_cache_uses_the_kits_python_with_another_venv_active(tmp_path: Path) -> None:
     kit = kit_copy(tmp_path, LESSON06 / "mlx_prompt_cache.sh", LESSON06 / "prefix_bench.py")
     (kit / ".venv" / "bin").mkdir(parents=True)
@@ -145,7 +155,7 @@ def test_mlx_prompt_cache_uses_the_kits_python_with_another_venv_active(tmp_path
     kit_python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     kit_python.chmod(0o755)
     other = another_venv(tmp_path)
-    env = bare_env(VIRTUAL_ENV=str(other.parent))
+    env = bare_env(VIRTUAL_ENV=str(other.parent), MLX_MODEL=str(local_model(tmp_path)))
     env["PATH"] = f"{other}:/usr/bin:/bin"
     lesson = kit / "lessons" / LESSON06.name
     r = run_bash(lesson / "mlx_prompt_cache.sh", env=env)
@@ -157,7 +167,7 @@ def test_mlx_prompt_cache_uses_the_kits_python_with_another_venv_active(tmp_path
 def test_mlx_prompt_cache_without_the_kits_environment_says_make_setup(tmp_path: Path) -> None:
     kit = kit_copy(tmp_path, LESSON06 / "mlx_prompt_cache.sh", LESSON06 / "prefix_bench.py")
     other = another_venv(tmp_path)
-    env = bare_env(VIRTUAL_ENV=str(other.parent))
+    env = bare_env(VIRTUAL_ENV=str(other.parent), MLX_MODEL=str(local_model(tmp_path)))
     env["PATH"] = f"{other}:/usr/bin:/bin"
     lesson = kit / "lessons" / LESSON06.name
     r = run_bash(lesson / "mlx_prompt_cache.sh", env=env)
@@ -227,3 +237,132 @@ def test_ollama_flow_with_a_stand_in(tmp_path: Path) -> None:
         # a second run finds it already up, pulls again, and leaves it alone
         r = run_bash(LESSON02 / "serve_ollama.sh", "qwen3:4b", env=env, timeout=30)
         assert r.returncode == 0 and "already runs" in r.stdout
+
+
+# ── issue 20: arguments checked before anything starts; offline MLX; the build's progress ──
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "said", "advised"),
+    [
+        ("serve_llamacpp.sh", ["16384", "4"], "'16384' is not the quantisation", ["Q4_K_M", "16384", "4"]),
+        ("serve_llamacpp.sh", ["Q4_K_M", "4"], "CTX 4 shared by 4 seats gives 1 tokens per seat", None),
+        ("serve_llamacpp.sh", ["Q4_K_M", "16384", "4", "2"], "takes at most 3 values, not 4", None),
+        ("serve_ollama.sh", ["8192", "4"], "'8192' is not the model", ["llama3.1:8b", "8192", "4"]),
+        ("serve_ollama.sh", ["llama3.1:8b", "64"], "CTX 64 (Ollama's is per seat) gives 64 tokens", None),
+    ],
+)
+def test_serve_scripts_check_their_arguments_before_starting_anything(
+    tmp_path: Path, script: str, args: list[str], said: str, advised: list[str] | None
+) -> None:
+    """`serve_llamacpp.sh 16384 4` (the quantisation forgotten) once started llama-server with 4
+    tokens of context. Now it stops before starting anything, and the command it names works."""
+    started = tmp_path / "started"
+    engine = tmp_path / "engine"  # a stand-in that notes it was started, and answers --help
+    engine.write_text(f'#!/bin/sh\n[ "$1" = --help ] && exit 0\ntouch {started}\n')
+    engine.chmod(0o755)
+    env = bare_env(LLAMA_SERVER=str(engine), OLLAMA_BIN=str(engine))
+    r = run_bash(LESSON02 / script, *args, env=env, cwd=LESSON06)
+    assert r.returncode == 2 and said in r.stderr, r.stderr
+    assert not started.exists() and "Traceback" not in r.stderr
+    if advised:
+        command = r.stderr.split("With it first: ")[1].split()
+        assert command[2:] == advised
+        followed = subprocess.run(
+            [*command, "--dry-run"], cwd=LESSON06, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert followed.returncode == 0, followed.stderr  # as printed, from the folder it ran in
+        assert not started.exists()
+
+
+def test_mlx_prompt_cache_offline_names_the_tiny_model(tmp_path: Path) -> None:
+    """Offline after `make engines`, with the default hub model never downloaded: a paragraph
+    naming the kit's tiny model instead of mlx_lm's download traceback; its command works."""
+    kit = kit_copy(tmp_path, LESSON06 / "mlx_prompt_cache.sh", LESSON06 / "prefix_bench.py")
+    (kit / ".venv" / "bin").mkdir(parents=True)
+    kit_python = kit / ".venv" / "bin" / "python"
+    kit_python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    kit_python.chmod(0o755)
+    tools = another_venv(tmp_path)  # stand-ins for mlx_lm.generate and mlx_lm.cache_prompt
+    closed = free_port()  # nothing listens there: the hub does not answer, at once
+    env = bare_env(HF_HUB_CACHE=str(tmp_path / "empty-hub"), HF_ENDPOINT=f"http://127.0.0.1:{closed}")
+    env["PATH"] = f"{tools}:/usr/bin:/bin"
+    lesson = kit / "lessons" / LESSON06.name
+    r = run_bash(lesson / "mlx_prompt_cache.sh", env=env)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    said = r.stderr
+    assert "cannot get the model mlx-community/Meta-Llama-3.1-8B-Instruct-4bit" in said
+    assert "make -C ../.. tiny-model" in said  # not written yet: how to write it, from this folder
+    run_line = next(line for line in said.splitlines() if "MLX_MODEL=" in line).split("then run:")[-1]
+    assignment, *command = run_line.split()
+    assert assignment == "MLX_MODEL=../../.tools/tiny-model/hf" and command == ["bash", "mlx_prompt_cache.sh"]
+
+    tiny = kit / ".tools" / "tiny-model" / "hf"  # as `make tiny-model` writes it (its layout only)
+    tiny.mkdir(parents=True)
+    (tiny / "config.json").write_text("{}")
+    again = run_bash(lesson / "mlx_prompt_cache.sh", env=env)
+    assert "make -C ../.. tiny-model" not in again.stderr  # written: only the command to run
+    followed = subprocess.run(
+        command,
+        cwd=lesson,
+        env={**env, "MLX_MODEL": assignment.split("=", 1)[1]},
+        capture_output=True,
+        text=True,
+    )
+    assert followed.returncode == 0, followed.stderr
+    assert f"model: {tiny}" in followed.stdout
+
+
+def test_llama_server_build_shows_its_progress(tmp_path: Path) -> None:
+    """`make llama-server` took 6 to 20 minutes with 4 lines of output: now a line per tenth done.
+    Run with stand-ins for cmake and c++ on a copy of the script (its .tools/ in tmp_path)."""
+    scripts = tmp_path / "kit" / "scripts"
+    scripts.mkdir(parents=True)
+    shutil.copy(KIT_ROOT / "scripts" / "build_llama_server.sh", scripts)
+    src = tmp_path / "llama.cpp"
+    (src / "tools" / "server").mkdir(parents=True)
+    (src / "tools" / "server" / "server.cpp").write_text("")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "c++").write_text("#!/bin/sh\n")
+    (bin_dir / "cmake").write_text(  # configure: nothing; build: Ninja's step lines, then the binary
+        "#!/bin/bash\n"
+        'if [ "$1" = --build ]; then\n'
+        '  for i in $(seq 1 40); do echo "[$i/40] Building CXX object step$i.o"; done\n'
+        '  mkdir -p "$2/bin" && printf "#!/bin/sh\\necho version: 1\\n" > "$2/bin/llama-server"\n'
+        '  chmod +x "$2/bin/llama-server"\n'
+        "fi\n"
+    )
+    for tool in ("c++", "cmake"):
+        (bin_dir / tool).chmod(0o755)
+    env = bare_env(LLAMA_CPP_SRC=str(src))
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    r = run_bash(scripts / "build_llama_server.sh", env=env, cwd=tmp_path / "kit")
+    assert r.returncode == 0, r.stderr
+    steps = [line.split()[0] for line in r.stdout.splitlines() if "% built" in line]
+    assert steps == [f"{p}%" for p in range(10, 101, 10)], r.stdout
+    assert "Building CXX" not in r.stdout  # each step is in the log, not on the screen
+    assert (tmp_path / "kit" / ".tools" / "llama-server-build.log").read_text().count("Building CXX") == 40
+    assert (tmp_path / "kit" / ".tools" / "bin" / "llama-server").is_file()
+
+
+def test_mlx_prompt_cache_online_goes_on_to_mlx(tmp_path: Path) -> None:
+    """Any HTTP answer from the hub (a 404, a gated repo's 401) means online: no offline paragraph."""
+    import http.server
+    import threading
+
+    hub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)  # 501 to all
+    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    try:
+        kit = kit_copy(tmp_path, LESSON06 / "mlx_prompt_cache.sh", LESSON06 / "prefix_bench.py")
+        (kit / ".venv" / "bin").mkdir(parents=True)
+        (kit / ".venv" / "bin" / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+        (kit / ".venv" / "bin" / "python").chmod(0o755)
+        env = bare_env(
+            HF_HUB_CACHE=str(tmp_path / "empty-hub"), HF_ENDPOINT=f"http://127.0.0.1:{hub.server_port}"
+        )
+        env["PATH"] = f"{another_venv(tmp_path)}:/usr/bin:/bin"
+        r = run_bash(kit / "lessons" / LESSON06.name / "mlx_prompt_cache.sh", env=env)
+        assert r.returncode == 0 and "cannot get the model" not in r.stderr, r.stderr
+    finally:
+        hub.shutdown()

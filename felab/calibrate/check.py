@@ -1,0 +1,146 @@
+"""The twin's report card: held-out work on the real server and on a practice server with the profile.
+
+Held out means none of it was used to fit: other prompt lengths, an opening with
+questions after it (the lesson's stable-first) and the question before it
+(time-first, nothing to reuse), 4 cold prompts at once. The same prompts, in the
+same order (one seed), go to both servers, one after the other; then each kind
+of work is compared:
+
+    TTFT median and p95, measured on the real server against the twin's, with the error of each;
+    time per output token, the same way.
+
+The target (issue 18): the twin's median TTFT within 10% of the real one, or 5 ms
+where 10% is less, for every kind of work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from felab.calibrate import prompts
+from felab.calibrate.probes import Prober, Sample
+from felab.stats import percentile
+
+TOLERANCE = 0.10
+FLOOR_MS = 5.0
+"""A TTFT within 10% or within 5 ms is on target (the issue's rule)."""
+TPOT_FLOOR_MS = 0.5
+"""Time per output token is a few ms at most: its floor is 0.5 ms, not 5."""
+QUESTIONS_PER_OPENING = 6
+TPOT_TOKENS = 24
+"""Reply length of the opening-first calls after the first: their time per output token is compared."""
+
+COLD = "cold, ~{:,} tokens"
+OPENING_FIRST_1 = "opening first: call 1"
+OPENING_FIRST_REST = f"opening first: calls 2-{QUESTIONS_PER_OPENING + 1}"
+QUESTION_FIRST = "question first (nothing to reuse)"
+TOGETHER = "4 cold prompts at once"
+
+
+def lengths(biggest: int) -> list[int]:
+    """Held-out cold lengths: between and beside calibrate's (which are 6, 15, 30, 50, 75, 100%)."""
+    return [int(biggest * f) for f in (0.11, 0.22, 0.4, 0.62, 0.88)]
+
+
+def requests(biggest: int) -> int:
+    """How many requests the held-out work sends to each server."""
+    return len(lengths(biggest)) * 3 + 2 * (1 + QUESTIONS_PER_OPENING) + QUESTIONS_PER_OPENING + 8
+
+
+def workload(p: Prober, biggest: int) -> dict[str, list[Sample]]:
+    """Run the held-out work on one server; samples by kind of work."""
+    out: dict[str, list[Sample]] = {}
+
+    def add(kind: str, got: list[Sample]) -> None:
+        out.setdefault(kind, []).extend(got)
+
+    for tokens in lengths(biggest):
+        add(COLD.format(tokens), [p.call(prompts.fresh(p.tokens_to_chars(tokens), p.rng)) for _ in range(3)])
+    p.say(f"    cold prompts of {len(lengths(biggest))} lengths, 3x each")
+    opening_tokens = int(biggest * 0.45)
+    for _ in range(2):
+        text = prompts.opening(p.tokens_to_chars(opening_tokens), p.rng)
+        asked = [prompts.with_question(text, q) for q in prompts.QUESTIONS[: QUESTIONS_PER_OPENING + 1]]
+        add(OPENING_FIRST_1, [p.call(asked[0])])
+        add(OPENING_FIRST_REST, [p.call(m, TPOT_TOKENS) for m in asked[1:]])
+    p.say(
+        f"    an opening of ~{opening_tokens:,} tokens, {QUESTIONS_PER_OPENING + 1} questions after it, twice"
+    )
+    text = prompts.opening(p.tokens_to_chars(opening_tokens), p.rng)
+    questions = prompts.QUESTIONS[-QUESTIONS_PER_OPENING:]
+    add(QUESTION_FIRST, [p.call(prompts.with_question(text, q, first=False)) for q in questions])
+    p.say(f"    the same work with the question first, {QUESTIONS_PER_OPENING} calls")
+    for _ in range(2):
+        add(TOGETHER, p.together([prompts.fresh(p.tokens_to_chars(opening_tokens), p.rng) for _ in range(4)]))
+    p.say("    4 cold prompts at once, twice")
+    return out
+
+
+@dataclass(frozen=True)
+class Row:
+    kind: str
+    n: int
+    real_p50: float
+    twin_p50: float
+    real_p95: float
+    twin_p95: float
+    floor_ms: float = FLOOR_MS
+
+    @property
+    def within(self) -> bool:
+        return abs(self.twin_p50 - self.real_p50) <= max(TOLERANCE * self.real_p50, self.floor_ms)
+
+    def cells(self, unit: str = "ms") -> dict[str, Any]:
+        return {
+            "work": self.kind,
+            "n": self.n,
+            f"real p50 {unit}": self.real_p50,
+            f"twin p50 {unit}": self.twin_p50,
+            "error p50": error(self.twin_p50, self.real_p50),
+            f"real p95 {unit}": self.real_p95,
+            f"twin p95 {unit}": self.twin_p95,
+            "error p95": error(self.twin_p95, self.real_p95),
+            "within target": "yes" if self.within else "NO",
+        }
+
+
+def error(twin: float, real: float) -> str:
+    return f"{100 * (twin - real) / real:+.0f}%" if real else "n/a"
+
+
+def compare(real: dict[str, list[Sample]], twin: dict[str, list[Sample]]) -> list[Row]:
+    """One row per kind of work (TTFT), and one for time per output token."""
+    rows = [_row(kind, real[kind], twin.get(kind, []), lambda s: s.ttft_ms) for kind in real]
+    tpot = OPENING_FIRST_REST
+    per_token = _row("time per output token", real[tpot], twin.get(tpot, []), lambda s: s.tpot_ms)
+    return [*rows, dataclasses.replace(per_token, floor_ms=TPOT_FLOOR_MS)]
+
+
+def _row(kind: str, real: list[Sample], twin: list[Sample], value: Callable[[Sample], float | None]) -> Row:
+    a = [v for s in real if (v := value(s)) is not None]
+    b = [v for s in twin if (v := value(s)) is not None]
+
+    def p(xs: list[float], q: float) -> float:
+        return percentile(xs, q) or 0.0
+
+    return Row(kind, len(a), p(a, 50), p(b, 50), p(a, 95), p(b, 95))
+
+
+def drift(real: dict[str, list[Sample]], settings: dict[str, Any]) -> float | None:
+    """How much slower (above 1) or faster the real server's cold prompts were than the profile
+    predicts (its formula, alone on an idle server): the median of their ratios. Far from 1, the
+    server's speed changed since it was calibrated (a busy machine, other settings)."""
+    from felab.calibrate.fit import median, predict_ms
+
+    terms = (settings.get("overhead_ms", 15.0), settings.get("prefill_tps", 2500.0))
+    attention = settings.get("prefill_attention_ns", 0.0)
+    ratios = [
+        s.ttft_ms / predict_ms(*terms, attention, s.uncached, s.cached_tokens or 0)
+        for kind, got in real.items()
+        if kind.startswith("cold")
+        for s in got
+    ]
+    return median(ratios) if ratios else None

@@ -1,0 +1,241 @@
+"""`python -m felab calibrate` (and `make calibrate`): measure a server, write its profile; or check one.
+
+    python -m felab calibrate --target llamacpp                       # measure, write a profile
+    python -m felab calibrate --check PROFILE --target llamacpp       # the twin's report card
+
+It says up front how many requests it will send (never more: `--max-requests`), asks
+before it spends money on a paid target, prints a line per step, and ends with the
+fitted settings and what each means, or with one message saying why it could not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import random
+from pathlib import Path, PurePath
+from typing import Any
+
+import click
+from tabulate import tabulate
+
+from felab.calibrate import check as card
+from felab.calibrate import profile as prof
+from felab.calibrate.plan import make_plan, measure
+from felab.calibrate.probes import BIGGEST, DECODE_MAX_TOKENS, Prober, ServerFacts, delivery_ms, server_facts
+from felab.connect import client, resolve, served_model
+from felab.errors import FelabError
+from felab.mock_server.launch import practice_server
+from felab.mock_server.profile import ProfileError, read_settings
+from felab.paths import from_here, learner_folder
+from felab.prices import price_for
+from felab.results import record
+from felab.tables import table
+from felab.targets import NO_KEY, TARGETS, Target
+
+
+def fresh_seed() -> int:
+    """A new seed for the probes' text every run: a server keeps earlier runs' prompts (llama.cpp's
+    --cache-ram, vLLM's prefix cache), and a prompt it has seen is no cold probe. Within one
+    --check, the real server and its twin get the same seed, so the same prompts."""
+    return random.SystemRandom().randrange(2**32)
+
+
+def say(line: str) -> None:
+    click.echo(line)
+
+
+def connect(target_name: str, base_url: str | None, model: str | None) -> Target:
+    """The target, its model asked from the server (felab.connect.resolve): a server that is down,
+    or that is not OpenAI-compatible, stops here with the kit's one message for it, before anything
+    is counted."""
+    return resolve(argparse.Namespace(target=target_name, base_url=base_url, model=model))
+
+
+def announce(target: Target, facts: ServerFacts, requests: int, tokens: int | None, yes: bool) -> None:
+    """Say what will be sent; on a paid target, ask first (or take --yes)."""
+    seats = (
+        f", {facts.seats} seats of {facts.seat_context:,} tokens"
+        if facts.seats and facts.seat_context
+        else ""
+    )
+    say(f"target: {target.name} · {target.base_url} · model: {target.model} · {facts.engine}{seats}")
+    volume = f" (about {tokens:,} prompt tokens)" if tokens else ""
+    say(f"it sends at most {requests} streamed requests{volume}; up to about 2 minutes.")
+    if target.is_paid:
+        price = price_for(target)
+        cost = (
+            f" (at most about ${tokens * price.input / 1e6:.2f} at list price, {price.source})"
+            if price and tokens
+            else ""
+        )
+        say(f"{target.name} is paid: these requests bill your account{cost}.")
+        if not yes and not click.confirm("send them?", default=False):
+            raise FelabError("nothing was sent (not confirmed). Add --yes to skip the question.")
+
+
+def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) -> Path:
+    """Measure, fit, write the profile, print what it found."""
+    facts = server_facts(target)
+    plan = make_plan(facts, max_requests)
+    announce(target, facts, plan.requests(), plan.prompt_tokens(), yes)
+    prober = Prober(target, client(target, timeout=120.0), plan.requests(), say, seed=fresh_seed())
+    m = measure(prober, plan, facts)
+    seconds = prober.elapsed_s()
+    say("  and the practice server's own delivery time here (a throw-away one, not the target)")
+    profile = prof.build(m, target, plan, seconds, prober.used, delivery_ms())
+    path = prof.write(profile, out or prof.default_path(target))
+    say(f"\nmeasured in {seconds:.0f} s with {prober.used} requests. The fitted profile:\n")
+    say(tabulate(prof.rows(profile.settings), headers="keys", disable_numparse=True))
+    f, found = profile.fit, profile.measured
+    say(
+        f"\nfit: TTFT of {f['prefill_points']} prompts read cold, off by {f['ttft_residual_median_pct']}% "
+        f"(median) and {f['ttft_residual_max_pct']}% at most. Overhead: {f['overhead_fitted_ms']} ms fitted, "
+        f"less the practice server's own {f['delivery_subtracted_ms']} ms here (the twin adds it back)."
+    )
+    say(f"prefix cache: reused {found['cache_reuse']} ({found['cache_evidence']}).")
+    if found["per_prompt_token_us"] >= 1:
+        say(
+            f"every prompt token costs this server {found['per_prompt_token_us']} µs even when cached "
+            f"(what a call after a long cached opening takes beyond the attention term): the practice "
+            f"server has no such term, so such calls come out faster on the twin than on this server."
+        )
+    say(
+        f"{plan.streams} cold prompts at once: prefilled {found['prefill_together']} "
+        f"(TTFTs {', '.join(map(str, found['together_ttft_ms']))} ms; the practice server prefills one "
+        f"after another)."
+    )
+    shown = os.path.relpath(path, learner_folder())
+    say(f"\nprofile written: {shown}")
+    say(f"check the twin:  python -m felab calibrate --check {shown} --target {target.name}")
+    say(f"serve the twin:  {from_here('make mock')} PROFILE={shown}")
+    return path
+
+
+def profile_settings(path: Path) -> dict[str, Any]:
+    """The profile's settings, or the one message that says why it cannot be used."""
+    try:
+        return read_settings(path)
+    except ProfileError as exc:
+        raise FelabError(str(exc)) from None
+
+
+def check(
+    target: Target, path: Path, settings: dict[str, Any], max_requests: int, yes: bool, picture: Path | None
+) -> list[card.Row]:
+    """The held-out work on the real server and on the twin; the table; the picture."""
+    facts = server_facts(target)
+    biggest = BIGGEST if facts.seat_context is None else facts.seat_context - DECODE_MAX_TOKENS - 64
+    biggest = min(BIGGEST, biggest)
+    need = card.requests(biggest)
+    if need > max_requests:
+        raise FelabError(
+            f"the check sends {need} requests to the real server; --max-requests is {max_requests}. "
+            f"Allow {need} or more."
+        )
+    announce(target, facts, need, None, yes)
+    say(f"the real server ({target.name}):")
+    seed = fresh_seed()
+    real = card.workload(Prober(target, client(target), need, say, seed=seed), biggest)
+    say(f"its twin (a practice server with --profile {path.name}):")
+    with practice_server("--profile", str(path)) as url:
+        twin_target = Target("mock", url, "", NO_KEY, False)
+        twin_target = Target("mock", url, served_model(twin_target), NO_KEY, False)
+        twin = card.workload(Prober(twin_target, client(twin_target), need, say, seed=seed), biggest)
+    rows = card.compare(real, twin)
+    moved = card.drift(real, settings)
+    say("")
+    say(table([r.cells() for r in rows], floatfmt=".1f"))
+    met = sum(r.within for r in rows[:-1])
+    say(
+        f"\n{met} of {len(rows) - 1} kinds of work have the twin's median TTFT within "
+        f"{card.TOLERANCE:.0%} (or {card.FLOOR_MS:g} ms) of the real server's."
+    )
+    if moved is not None and abs(moved - 1) > 0.25:
+        say(
+            f"note: {target.name}'s cold prompts took {moved:.2f}x what the profile predicts for them: "
+            f"the server's speed changed since it was calibrated (a busy machine? other settings?), and "
+            f"the twin cannot follow. Calibrate again, then check right after, on a quiet machine."
+        )
+    record(
+        "calibrate-check",
+        {
+            "target": target.name,
+            "model": target.model,
+            "profile": str(path),
+            "rows": [r.cells() for r in rows],
+        },
+    )
+    if importlib.util.find_spec("matplotlib") is None:
+        say(f"(no picture: `{from_here('make calibrate')}` installs what draws it)")
+        return rows
+    from felab.calibrate import plot
+
+    cold = [k for k in real if k.startswith("cold")]
+    out = picture or path.with_name(path.stem + "-check.png")
+    drawn = plot.draw(
+        [s for k in cold for s in real[k]],
+        [s for k in cold for s in twin.get(k, [])],
+        settings,
+        f"{target.name} ({PurePath(target.model).name}) and its twin: cold prompts",
+        out,
+    )
+    say(f"picture: {drawn}")
+    return rows
+
+
+@click.command("calibrate", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--target", "target_name", type=click.Choice(list(TARGETS)), default="llamacpp", show_default=True
+)
+@click.option("--base-url", help="the server's OpenAI-compatible URL, ending in /v1 (default: the target's)")
+@click.option("--model", help="model id (default: the target's, or the one the server serves)")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="where to write the profile")
+@click.option(
+    "--check",
+    "check_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="check this profile instead: held-out work on the server and on its twin",
+)
+@click.option(
+    "--max-requests",
+    type=click.IntRange(min=1),
+    default=60,
+    show_default=True,
+    help="never send the server more requests than this",
+)
+@click.option(
+    "--plot", "picture", type=click.Path(dir_okay=False, path_type=Path), help="--check's picture (.png)"
+)
+@click.option("--yes", is_flag=True, help="do not ask before sending requests to a paid target")
+def calibrate_command(
+    target_name: str,
+    base_url: str | None,
+    model: str | None,
+    out: Path | None,
+    check_path: Path | None,
+    max_requests: int,
+    picture: Path | None,
+    yes: bool,
+) -> Any:
+    """Measure a server and write a profile that makes the practice server behave like it.
+
+    It fits, from about 40 streamed requests (2 minutes at most): the fixed overhead, prefill
+    against uncached tokens and tokens already in context, the engine's characters per token,
+    its prefix cache (whole blocks, or the longest common prefix per seat), how 4 prompts sent
+    at once are prefilled, decode time per token and its slowdown with streams at once, and
+    (llama.cpp) its seats and context from GET /props.
+
+    \b
+    Examples:
+      python -m felab calibrate --target llamacpp
+      python -m felab calibrate --check results/profiles/llamacpp-....toml --target llamacpp
+      make mock PROFILE=results/profiles/llamacpp-....toml
+    """
+    settings = profile_settings(check_path) if check_path is not None else None  # before any request
+    target = connect(target_name, base_url, model)
+    if check_path is not None and settings is not None:
+        check(target, check_path, settings, max_requests, yes, picture)
+    else:
+        calibrate(target, out, max_requests, yes)

@@ -1,0 +1,231 @@
+"""Least squares, closed form: the timing terms from what the probes measured.
+
+Three fits, each small enough to solve exactly (normal equations, Gaussian
+elimination; no numpy, which a learner's core install does not have):
+
+    TTFT_ms ≈ overhead_ms + u · 1000 / prefill_tps + attention_ns·1e-6 · u · (c + u/2)
+
+        u = uncached tokens (prefilled now), c = tokens already in context before them.
+        Each new token attends to every token before it, so reading u tokens after c
+        costs a term in u·(c + u/2) (the sum of c+1 ... c+u, over 1, per token): the
+        quadratic growth of a long cold prompt and the extra cost of a question read
+        after a long cached opening are the same term.
+
+    interval(k) ≈ interval(1) · (1 + decode_slowdown · (k − 1))    k streams decoding at once
+
+    prompt_tokens ≈ characters / chars_per_token                   how the engine counts text
+
+Timing fits are weighted by 1/(TTFT + 10 ms): the errors that count are relative (a 5 ms
+miss on a 40 ms prompt matters about as much as 100 ms on 800 ms). A term that comes out
+negative (noise on a machine where it is too small to see) is set to 0 and the
+others fitted again without it, so every setting stays one the server accepts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+RELATIVE_FROM_MS = 10.0
+"""Errors are weighed relative to TTFT + this: a few ms of a busy machine's noise on a 20 ms prompt
+should not outweigh the long prompts."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One prefill measurement: uncached tokens, tokens in context before them, TTFT (ms)."""
+
+    uncached: int
+    context: int
+    ttft_ms: float
+
+
+@dataclass(frozen=True)
+class PrefillFit:
+    overhead_ms: float
+    prefill_tps: float
+    """The twin's rate: per uncached token, and per prompt token (cached or not) charged to uncached ones."""
+    attention_ns: float
+    per_prompt_token_us: float
+    """Time per prompt token cached or not (templating, tokenizing, the lookup): the practice server
+    has no such term, so the twin charges it to uncached tokens only (in `prefill_tps`)."""
+    residuals_pct: tuple[float, ...]
+    """Each point's (the twin's prediction − measured) / measured, in %."""
+
+    def predict_ms(self, uncached: int, context: int = 0) -> float:
+        return predict_ms(self.overhead_ms, self.prefill_tps, self.attention_ns, uncached, context)
+
+
+def predict_ms(
+    overhead_ms: float, prefill_tps: float, attention_ns: float, uncached: int, context: int
+) -> float:
+    """The practice server's TTFT for one prompt alone on an idle server (timing.py's formula)."""
+    return (
+        overhead_ms
+        + uncached * 1000 / prefill_tps
+        + attention_ns * 1e-6 * uncached * (context + uncached / 2)
+    )
+
+
+def solve(a: list[list[float]], b: list[float]) -> list[float]:
+    """x with a·x = b (Gaussian elimination with partial pivoting); ValueError if singular."""
+    n = len(b)
+    m = [row[:] + [b[i]] for i, row in enumerate(a)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
+        if abs(m[pivot][col]) < 1e-300:
+            raise ValueError("the measurements cannot tell these terms apart")
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(n):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                m[r] = [x - f * y for x, y in zip(m[r], m[col], strict=True)]
+    return [m[i][n] / m[i][i] for i in range(n)]
+
+
+def least_squares(rows: Sequence[Sequence[float]], y: Sequence[float], w: Sequence[float]) -> list[float]:
+    """Weighted least squares: the x minimising Σ w·(row·x − y)²."""
+    k = len(rows[0])
+    ata = [[sum(wi * r[i] * r[j] for r, wi in zip(rows, w, strict=True)) for j in range(k)] for i in range(k)]
+    aty = [sum(wi * r[i] * yi for r, yi, wi in zip(rows, y, w, strict=True)) for i in range(k)]
+    # Scale each column to unit size first: tokens² and 1 differ by ten orders of magnitude.
+    scale = [math.sqrt(ata[i][i]) or 1.0 for i in range(k)]
+    ata = [[ata[i][j] / (scale[i] * scale[j]) for j in range(k)] for i in range(k)]
+    x = solve(ata, [aty[i] / scale[i] for i in range(k)])
+    return [x[i] / scale[i] for i in range(k)]
+
+
+def nonnegative(rows: Sequence[Sequence[float]], y: Sequence[float], w: Sequence[float]) -> list[float]:
+    """Least squares with every coefficient 0 or more: drop the most negative one, fit again."""
+    active = list(range(len(rows[0])))
+    while active:
+        sub = [[r[i] for i in active] for r in rows]
+        x = least_squares(sub, y, w)
+        worst = min(range(len(x)), key=lambda i: x[i])
+        if x[worst] >= 0:
+            out = [0.0] * len(rows[0])
+            for i, v in zip(active, x, strict=True):
+                out[i] = v
+            return out
+        del active[worst]
+    return [0.0] * len(rows[0])
+
+
+def fit_prefill(points: Sequence[Point]) -> PrefillFit:
+    """Overhead, prefill rate, attention term (and the per-prompt-token cost) from TTFTs of
+    prompts read alone: cold ones, and ones after a cached opening (which tell a cost per
+    uncached token from one per prompt token, cached or not)."""
+    if len({p.uncached for p in points}) < 3:
+        raise ValueError("need prompts of at least 3 different lengths")
+    rows = [
+        [1.0, float(p.uncached), p.uncached * (p.context + p.uncached / 2), float(p.uncached + p.context)]
+        for p in points
+    ]
+    y = [p.ttft_ms for p in points]
+    w = [1.0 / (v + RELATIVE_FROM_MS) ** 2 for v in y]  # relative errors, short prompts' noise damped
+    try:
+        x = nonnegative(rows, y, w)
+    except ValueError:  # only cold prompts: a prompt token is an uncached token, the two are one term
+        x = [*nonnegative([r[:3] for r in rows], y, w), 0.0]
+    overhead, per_uncached, attention_ms, per_prompt = x
+    per_token = per_uncached + per_prompt
+    if per_token <= 0:  # all of the time is in the attention term: keep a rate the server accepts
+        per_token = 1e-6
+    fit = PrefillFit(overhead, 1000 / per_token, attention_ms * 1e6, per_prompt * 1000, ())
+    residuals = tuple(100 * (fit.predict_ms(p.uncached, p.context) - p.ttft_ms) / p.ttft_ms for p in points)
+    return dataclasses.replace(fit, residuals_pct=residuals)
+
+
+def fit_slowdown(intervals: dict[int, float]) -> tuple[float, float]:
+    """(decode_tps, decode_slowdown) from the time between tokens with k streams at once."""
+    base = intervals[1]
+    others = [(k, v) for k, v in intervals.items() if k > 1]
+    if not others:
+        return 1000 / base, 0.0
+    num = sum((k - 1) * (v / base - 1) for k, v in others)
+    den = sum((k - 1) ** 2 for k, _ in others)
+    return 1000 / base, max(0.0, num / den)
+
+
+def fit_chars_per_token(samples: Sequence[tuple[int, int]]) -> float:
+    """Characters per token, from (characters sent, prompt_tokens reported) pairs: their ratio of sums,
+    so the long prompts, where a chat template's few extra tokens matter least, weigh most."""
+    return sum(c for c, _ in samples) / sum(t for _, t in samples)
+
+
+def median(values: Sequence[float]) -> float:
+    xs = sorted(values)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+# ── From the measurements to the practice server's settings ─────────────────
+
+BLOCK_SIZES = (16, 32, 64, 128, 256, 512, 1024)
+"""Cache block sizes engines use (vLLM 16, the practice server 64, Mooncake 512)."""
+
+
+@dataclass
+class CacheFinding:
+    """What the openings showed about the prefix cache."""
+
+    reuse: str
+    """"yes", "no", or "unknown"."""
+    kind: str
+    """"blocks" (whole blocks, hashed: vLLM, the practice server), "seat-prefix" (the longest common
+    prefix with a prompt the server kept: llama.cpp per seat, SGLang, MLX), or "unknown"."""
+    block_tokens: int | None
+    evidence: str
+
+
+def cache_finding(warm: Sequence[tuple[int, int | None, float]], cold_ms: float) -> CacheFinding:
+    """From (prompt_tokens, cached_tokens, ttft_ms) of calls sent after an opening: was it reused, how?
+
+    Whole blocks show as cached counts that are all multiples of one block size; the longest
+    common prefix lands on any count (the chance that 6 of them are all multiples of 16 is
+    one in 16 million)."""
+    if not warm:
+        return CacheFinding("unknown", "unknown", None, "no opening was sent again")
+    if any(c is None for _, c, _ in warm):
+        ratio = median([t for _, _, t in warm]) / cold_ms
+        reuse = "yes" if ratio < 0.5 else "no"
+        return CacheFinding(
+            reuse, "unknown", None, f"no cached_tokens reported; sent again it took {ratio:.0%} of cold"
+        )
+    cached = [int(c or 0) for _, c, _ in warm]
+    share = median([c / max(t, 1) for (t, _, _), c in zip(warm, cached, strict=True)])
+    if share < 0.3:
+        return CacheFinding("no", "unknown", None, f"a repeated opening had {share:.0%} of its prompt cached")
+    counts = [c for c in cached if c > 0]
+    sizes = [b for b in BLOCK_SIZES if all(c % b == 0 for c in counts)]
+    shown = ", ".join(f"{c:,}" for c in counts)
+    if sizes and len(counts) >= 3:
+        return CacheFinding("yes", "blocks", max(sizes), f"cached {shown}: all multiples of {max(sizes)}")
+    return CacheFinding(
+        "yes", "seat-prefix", None, f"cached {shown}: not whole blocks (longest common prefix)"
+    )
+
+
+def sharing(rounds: Sequence[Sequence[float]], alone_ms: float, overhead_ms: float) -> tuple[str, float]:
+    """Were n cold prompts sent at once prefilled one after another (first tokens staggered: the
+    k-th after k prefills) or together (all after n)? The closer pattern, and its mean error (%)."""
+    if not rounds:
+        return "unknown (the server had these prompts cached)", 0.0
+    err: dict[str, list[float]] = {"one after another": [], "together": []}
+    p = max(alone_ms - overhead_ms, 1e-3)
+    for ttfts in rounds:
+        n = len(ttfts)
+        for k, t in enumerate(sorted(ttfts), start=1):
+            err["one after another"].append(abs(overhead_ms + k * p - t) / t)
+            err["together"].append(abs(overhead_ms + n * p - t) / t)
+    best = min(err, key=lambda k: sum(err[k]))
+    return best, 100 * sum(err[best]) / max(len(err[best]), 1)
+
+
+def sig(x: float, digits: int = 3) -> float:
+    """x to `digits` significant digits (a profile is a measurement, not a ten-digit constant)."""
+    if x == 0 or not math.isfinite(x):
+        return x
+    return round(x, digits - 1 - int(math.floor(math.log10(abs(x)))))

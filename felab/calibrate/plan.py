@@ -1,0 +1,131 @@
+"""What calibrate sends, worked out before it sends anything: so it can say so up front.
+
+A plan is a list of steps, each with its number of requests. Its total is what
+calibrate announces (and, for a paid target, asks you to confirm); the Prober
+refuses to send one request more. The prompt lengths follow the server's
+context: the longest probe fits a seat with room to spare, or calibrate says the
+server is too small before it sends anything.
+
+    cold prompts     7 lengths from ~100 tokens to the longest, twice each
+    openings         3 openings (a quarter, half and 4/5 of the longest), each cold, then twice with a
+                     short question after it, then with the question and more text
+    together         4 cold prompts at once, twice
+    decode           1 stream, then 2 and 4 at once
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from felab.calibrate import probes
+from felab.calibrate.probes import BIGGEST, SMALLEST_CONTEXT, Prober, ServerFacts
+from felab.errors import FelabError
+
+
+@dataclass(frozen=True)
+class Plan:
+    biggest: int
+    """The longest probe prompt, tokens."""
+    repeats: int = 2
+    warm: int = 2
+    together_rounds: int = 2
+    streams: int = 4
+    decode_streams: tuple[int, ...] = (1, 2, 4)
+
+    @property
+    def cold_lengths(self) -> list[int]:
+        return sorted({100, *(int(self.biggest * f) for f in (0.06, 0.15, 0.3, 0.5, 0.75, 1.0))})
+
+    @property
+    def opening_lengths(self) -> list[int]:
+        return [int(self.biggest * f) for f in (0.25, 0.5, 0.8)]
+
+    @property
+    def suffix_tokens(self) -> int:
+        return max(60, self.biggest // 16)
+
+    @property
+    def together_tokens(self) -> int:
+        return int(self.biggest * 0.4)
+
+    def requests(self) -> int:
+        """How many requests the plan sends at most (a step cut short for time sends fewer)."""
+        return (
+            1
+            + len(self.cold_lengths) * self.repeats
+            + len(self.opening_lengths) * (2 + self.warm)
+            + self.together_rounds * self.streams
+            + sum(self.decode_streams)
+        )
+
+    def prompt_tokens(self) -> int:
+        """About how many prompt tokens the plan sends (for the announcement; billed on a paid target)."""
+        cold = sum(self.cold_lengths) * self.repeats
+        opened = sum(o * (2 + self.warm) + self.suffix_tokens * 2 for o in self.opening_lengths)
+        return 100 + cold + opened + self.together_tokens * self.streams * self.together_rounds + 60 * 7
+
+
+SHORTER: tuple[dict[str, Any], ...] = (
+    {},
+    {"repeats": 1, "together_rounds": 1},
+    {"repeats": 1, "together_rounds": 1, "warm": 1, "decode_streams": (1, 2)},
+)
+"""Ever smaller plans, for a small --max-requests: fewer repeats first, then fewer steps."""
+
+
+def make_plan(facts: ServerFacts, max_requests: int) -> Plan:
+    """The largest plan that fits the server's context and `max_requests`; a FelabError if none does."""
+    biggest = BIGGEST
+    if facts.seat_context is not None:
+        biggest = min(biggest, facts.seat_context - probes.DECODE_MAX_TOKENS - 64)
+    if biggest < SMALLEST_CONTEXT:
+        seat = f"{facts.seat_context:,} tokens" + (" per seat" if facts.seats else "")
+        raise FelabError(
+            f"this server's context ({seat}) is too small for calibrate's probes, which need prompts "
+            f"of at least {SMALLEST_CONTEXT:,} tokens to tell prefill's terms apart. Restart it with a "
+            f"larger context (llama.cpp: seats of 8,192 tokens, e.g. -c 32768 -np 4), calibrate it, and "
+            f"use the profile with the context you really run (--context-tokens, --seats)."
+        )
+    for change in SHORTER:
+        plan = Plan(biggest, **change)
+        if plan.requests() <= max_requests:
+            return plan
+    least = Plan(biggest, **SHORTER[-1]).requests()
+    raise FelabError(
+        f"calibrate needs at least {least} requests to measure what it fits; --max-requests is "
+        f"{max_requests}. Allow {least} or more."
+    )
+
+
+@dataclass
+class Measurements:
+    """Everything the probes measured, as the fit reads it."""
+
+    facts: ServerFacts
+    first: probes.Sample
+    cold: list[list[probes.Sample]] = field(default_factory=list)
+    """Cold prompts: the repeats of each length."""
+    openings: list[probes.Opening] = field(default_factory=list)
+    together: list[list[probes.Sample]] = field(default_factory=list)
+    decode: dict[int, list[probes.Sample]] = field(default_factory=dict)
+
+
+def measure(p: Prober, plan: Plan, facts: ServerFacts) -> Measurements:
+    """Run the plan's steps in order, with a progress line for each."""
+    p.say("  1/5  a first short call (does it answer, and report its prompt tokens?)")
+    m = Measurements(facts, probes.first_call(p))
+    p.learn_chars_per_token([m.first])
+    p.say(
+        f"  2/5  cold prompts of {len(plan.cold_lengths)} lengths, {plan.repeats}x each (prefill, overhead)"
+    )
+    m.cold = probes.cold(p, plan.cold_lengths, plan.repeats)
+    p.say(f"  3/5  {len(plan.opening_lengths)} openings, each sent again with new text (prefix cache)")
+    m.openings = probes.openings(p, plan.opening_lengths, plan.suffix_tokens, plan.warm)
+    p.say(f"  4/5  {plan.streams} cold prompts at once (how prefill is shared)")
+    m.together = probes.together(p, plan.together_tokens, plan.streams, plan.together_rounds)
+    p.say(
+        f"  5/5  replies, {probes.DECODE_MAX_TOKENS} tokens, 1 to {max(plan.decode_streams)} at once (decode)"
+    )
+    m.decode = probes.decode(p, plan.decode_streams)
+    return m

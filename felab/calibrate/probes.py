@@ -1,0 +1,312 @@
+"""The measurements: a few streamed requests each, every one counted against an announced bound.
+
+Every request goes through the official client and `stream_once`, as a lesson's
+do, so a probe times what a learner's script would see. A `Prober` holds the
+connection, the request budget (`--max-requests`: it never sends more) and the
+progress lines. The probes, in the order calibrate runs them:
+
+    server_facts   GET /props (llama.cpp: seats and context per seat), /health, /v1/models
+    first_call     one short call: a text reply and `usage.prompt_tokens`, or no calibration
+    cold           prompts that share nothing, of several lengths: overhead, prefill, attention,
+                   and how the engine counts tokens (characters per prompt token)
+    openings       an opening sent again with new text after it: reuse, its kind (whole blocks
+                   or the longest common prefix), and prefill after a long context
+    together       4 cold prompts at once: are they prefilled one after another, or together?
+    decode         1, 2 and 4 streams at once: time per output token, and how streams share it
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+
+from felab.calibrate import prompts
+from felab.context_fit import read_overflow
+from felab.errors import FelabError
+from felab.mock_server.config import HEALTH_NAME
+from felab.streaming import CallResult, stream_once
+from felab.targets import Target
+
+PREFILL_MAX_TOKENS = 2
+"""Reply length of a prefill probe: its first token is what is timed; one more shows the stream works."""
+DECODE_MAX_TOKENS = 48
+"""Reply length of a decode probe: enough gaps between tokens for a steady median."""
+BIGGEST = 6400
+"""The longest probe prompt, in tokens (less if the server's context, or its speed, asks for less)."""
+SMALLEST_CONTEXT = 1200
+"""Below this many tokens of context per seat, the probes cannot tell the terms apart."""
+SLOWEST_PROBE_S = 8.0
+"""A cold prompt is not made longer than what this server prefills in about this long."""
+
+
+@dataclass
+class Sample:
+    """One timed request: what was sent, what the server reported, what the clock said."""
+
+    chars: int
+    """Characters of the messages, as the practice server's chat template counts them."""
+    prompt_tokens: int
+    cached_tokens: int | None
+    ttft_ms: float
+    output_tokens: int
+    itl_ms: list[float] = field(default_factory=list)
+    total_ms: float = 0.0
+
+    @property
+    def uncached(self) -> int:
+        return self.prompt_tokens - (self.cached_tokens or 0)
+
+    @property
+    def tpot_ms(self) -> float | None:
+        """Time per output token after the first (None for a reply of one token)."""
+        if self.output_tokens < 2:
+            return None
+        return (self.total_ms - self.ttft_ms) / (self.output_tokens - 1)
+
+
+@dataclass
+class ServerFacts:
+    """What the server says about itself, where it says it."""
+
+    engine: str
+    seats: int | None = None
+    seat_context: int | None = None
+    """Tokens per seat (llama.cpp's n_ctx), or the model's context (vLLM's max_model_len)."""
+
+
+def get_json(url: str, timeout: float = 3.0) -> Any:
+    """GET url as JSON; None if it does not answer with JSON."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as reply:
+            return json.loads(reply.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def server_facts(target: Target) -> ServerFacts:
+    """The engine's name, and its seats and context where it reports them. These GETs are not
+    counted as requests, and a paid target is not asked at all."""
+    if target.is_paid:
+        return ServerFacts(target.name)
+    root = target.base_url.removesuffix("/v1")
+    health = get_json(f"{root}/health")
+    practice = isinstance(health, dict) and health.get("server") == HEALTH_NAME
+    props = get_json(f"{root}/props")  # llama.cpp's (the practice server answers it too, with --seats)
+    if isinstance(props, dict) and "total_slots" in props:
+        settings = props.get("default_generation_settings")
+        n_ctx = _int(settings.get("n_ctx")) if isinstance(settings, dict) else None
+        build = props.get("build_info")
+        engine = f"llama.cpp ({build})" if isinstance(build, str) and build else "llama.cpp"
+        return ServerFacts(
+            "felab practice server" if practice else engine, _int(props.get("total_slots")), n_ctx
+        )
+    if practice:
+        return ServerFacts("felab practice server")
+    models = get_json(f"{target.base_url}/models")
+    data = models.get("data") if isinstance(models, dict) else None
+    first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
+    owner = first.get("owned_by")
+    engine = {"vllm": "vLLM", "sglang": "SGLang", "llamacpp": "llama.cpp"}.get(str(owner), target.name)
+    return ServerFacts(engine, None, _int(first.get("max_model_len")))
+
+
+class Prober:
+    """One server, one request budget, one progress line per step."""
+
+    def __init__(
+        self, target: Target, api: openai.OpenAI, limit: int, say: Callable[[str], None], seed: int = 0
+    ) -> None:
+        self.target, self.api, self.limit, self.say = target, api, limit, say
+        self.used = 0
+        self.rng = random.Random(seed)
+        self.lock = threading.Lock()
+        self.started = time.monotonic()
+        self.chars_per_token = 4.0
+        """The engine's characters per prompt token, as measured so far (used to size prompts)."""
+
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+    def _take(self, n: int) -> None:
+        with self.lock:
+            if self.used + n > self.limit:  # never more than announced
+                raise FelabError(
+                    f"calibrate stopped before sending more than the {self.limit} requests it announced "
+                    f"(--max-requests); nothing was written. Run it again with a larger --max-requests."
+                )
+            self.used += n
+
+    def _stream(self, messages: list[dict], max_tokens: int) -> Sample:
+        try:
+            r = stream_once(self.api, self.target.model, messages, max_tokens=max_tokens)
+        except FelabError as exc:
+            raise self._too_small(exc) or exc from exc
+        return self._sample(messages, r)
+
+    def call(self, messages: list[dict], max_tokens: int = PREFILL_MAX_TOKENS) -> Sample:
+        """One streamed request, timed; counted against the budget before it is sent."""
+        self._take(1)
+        return self._stream(messages, max_tokens)
+
+    def together(self, batches: list[list[dict]], max_tokens: int = PREFILL_MAX_TOKENS) -> list[Sample]:
+        """Send these requests at the same moment (one thread each, released together)."""
+        self._take(len(batches))
+        gate = threading.Barrier(len(batches))
+
+        def one(messages: list[dict]) -> Sample:
+            gate.wait()
+            return self._stream(messages, max_tokens)
+
+        with ThreadPoolExecutor(len(batches)) as pool:
+            return list(pool.map(one, batches))
+
+    def _sample(self, messages: list[dict], r: CallResult) -> Sample:
+        if r.prompt_tokens is None:
+            raise FelabError(
+                f"the {self.target.name} server at {self.target.base_url} does not report "
+                f"usage.prompt_tokens in its streamed replies (stream_options.include_usage), so "
+                f"calibrate cannot learn how it counts tokens. It works with servers that do: "
+                f"llama.cpp, vLLM, SGLang, MLX, Fireworks and the practice server."
+            )
+        chars = prompts.chars_of(messages)
+        return Sample(
+            chars, r.prompt_tokens, r.cached_tokens, r.ttft_ms, r.output_tokens, r.itl_ms, r.total_ms
+        )
+
+    def _too_small(self, exc: FelabError) -> FelabError | None:
+        cause = exc.__cause__
+        if isinstance(cause, openai.APIStatusError) and read_overflow(cause) is not None:
+            return FelabError(
+                f"the {self.target.name} server's context is too small for calibrate's probe prompts. "
+                f"It said: {exc.message}"
+            )
+        return None
+
+    def tokens_to_chars(self, tokens: int) -> int:
+        return max(40, int(tokens * self.chars_per_token))
+
+    def learn_chars_per_token(self, samples: list[Sample]) -> None:
+        big = [s for s in samples if s.prompt_tokens > 50]
+        if big:
+            self.chars_per_token = sum(s.chars for s in big) / sum(s.prompt_tokens for s in big)
+
+
+# ── The probes ───────────────────────────────────────────────────────────────
+
+
+def first_call(p: Prober) -> Sample:
+    """One short call: the server answers with text and reports its prompt tokens."""
+    return p.call(prompts.fresh(400, p.rng))
+
+
+def cold(p: Prober, lengths: list[int], repeats: int) -> list[list[Sample]]:
+    """Prompts that share nothing, `repeats` of each length, shortest first; a length this server
+    would take more than SLOWEST_PROBE_S to read is left out (the longest so far says how long)."""
+    out: list[list[Sample]] = []
+    for n, tokens in enumerate(lengths):
+        if len(out) >= 3 and _slow([s for g in out for s in g], tokens):
+            p.say(f"    from {tokens:,} tokens on left out: each would take over {SLOWEST_PROBE_S:g} s here")
+            break
+        got = [p.call(prompts.fresh(p.tokens_to_chars(tokens), p.rng)) for _ in range(repeats)]
+        out.append(got)
+        p.learn_chars_per_token([s for g in out for s in g])
+        times = ", ".join(f"{s.ttft_ms:.0f}" for s in got)
+        p.say(f"    {n + 1}/{len(lengths)}  {got[0].prompt_tokens:>6,} tokens  TTFT {times} ms")
+    return out
+
+
+def _slow(samples: list[Sample], tokens: int) -> bool:
+    """Would a cold prompt of `tokens` take longer than SLOWEST_PROBE_S? (the rate of the longest so
+    far, doubled for the growth of attention)"""
+    longest = max(samples, key=lambda s: s.prompt_tokens)
+    per_token_ms = longest.ttft_ms / max(longest.prompt_tokens, 1)
+    return 2 * per_token_ms * tokens > SLOWEST_PROBE_S * 1000
+
+
+@dataclass
+class Opening:
+    """One opening: its first (cold) call, and the calls after it with more text."""
+
+    cold: Sample
+    warm: list[Sample]
+
+
+def openings(p: Prober, lengths: list[int], suffix_tokens: int, warm: int) -> list[Opening]:
+    """Each opening once cold (with a long new part), then `warm` times with a short question
+    after it (what is left is the overhead: the best measure of it), then once more with that
+    question and a long new part after it: what it shares with the call before grows, so the
+    cached counts land on different lengths (whole blocks show as multiples of one size)."""
+    out = []
+    for n, tokens in enumerate(lengths):
+        # Lengths off any round number, so that no block size divides them all by chance.
+        text = prompts.opening(p.tokens_to_chars(tokens + p.rng.randrange(5, 60)), p.rng)
+        piece = p.tokens_to_chars(suffix_tokens)
+        first = p.call(prompts.with_question(text, prompts.opening(piece, p.rng)))
+        asked = [f"{prompts.tag(p.rng)} {p.rng.choice(prompts.QUESTIONS)}" for _ in range(warm)]
+        rest = [p.call(prompts.with_question(text, q)) for q in asked]
+        longer = f"{asked[-1]} {prompts.opening(piece + p.rng.randrange(20, 240), p.rng)}"
+        rest.append(p.call(prompts.with_question(text, longer)))
+        out.append(Opening(first, rest))
+        cached = ", ".join("?" if s.cached_tokens is None else f"{s.cached_tokens:,}" for s in rest)
+        times = ", ".join(f"{s.ttft_ms:.0f}" for s in rest)
+        p.say(
+            f"    {n + 1}/{len(lengths)}  {first.prompt_tokens:,} tokens cold {first.ttft_ms:.0f} ms; "
+            f"again with new text: cached {cached}, TTFT {times} ms"
+        )
+    return out
+
+
+def together(p: Prober, tokens: int, streams: int, rounds: int) -> list[list[Sample]]:
+    """`streams` cold prompts of `tokens` each, sent at the same moment, `rounds` times."""
+    out = []
+    for _ in range(rounds):
+        got = p.together([prompts.fresh(p.tokens_to_chars(tokens), p.rng) for _ in range(streams)])
+        out.append(got)
+        times = ", ".join(f"{t:.0f}" for t in sorted(s.ttft_ms for s in got))
+        p.say(f"    {streams} prompts of {got[0].prompt_tokens:,} tokens at once: TTFTs {times} ms")
+    return out
+
+
+def decode(p: Prober, streams: tuple[int, ...]) -> dict[int, list[Sample]]:
+    """Short prompts with long replies, k streams at once for each k: the time between tokens."""
+    out: dict[int, list[Sample]] = {}
+    for k in streams:
+        batch = [prompts.fresh(200, p.rng) for _ in range(k)]
+        got = p.together(batch, DECODE_MAX_TOKENS) if k > 1 else [p.call(batch[0], DECODE_MAX_TOKENS)]
+        out[k] = got
+        tpot = [t for s in got if (t := s.tpot_ms) is not None]
+        shown = ", ".join(f"{t:.2f}" for t in tpot) or "n/a"
+        p.say(f"    {k} stream{'s' if k > 1 else ''} at once: time per output token {shown} ms")
+    return out
+
+
+def delivery_ms(calls: int = 12) -> float:
+    """The practice server's own delivery time on this machine: the TTFT a client measures from a
+    practice server told to take no time at all (HTTP, the client, the machine's scheduling).
+
+    A twin adds it to every TTFT it serves, and the real server's measured TTFTs hold it
+    already, so calibrate takes it out of the fitted overhead. Asked of a throw-away practice
+    server on this machine, never of the target."""
+    from felab.connect import client
+    from felab.mock_server.launch import practice_server
+
+    with practice_server("--overhead-ms", "0", "--prefill-tps", "1000000000") as url:
+        local = Target("mock", url, "felab-practice", "not-needed", False)
+        api, rng = client(local, timeout=30.0), random.Random(0)
+        times = [
+            stream_once(api, local.model, prompts.fresh(200, rng), max_tokens=1).ttft_ms for _ in range(calls)
+        ]
+    return sorted(times)[len(times) // 2]

@@ -1,0 +1,246 @@
+"""The profile calibrate writes: the fitted settings, and how they were found, as TOML.
+
+    [profile]    schema, engine, model, the address measured, date, machine, method
+    [settings]   the practice server's settings (config.py's names): what `--profile` sets
+    [fit]        how well the formula fits what was measured (residuals, in %)
+    [measured]   the raw findings behind the settings (cached counts, the 4-at-once TTFTs, ...)
+
+Each setting's line carries its meaning as a comment, so the file explains itself.
+Reading a profile back is the practice server's own business (mock_server/profile.py),
+which is why this module only writes. TOML is written by hand: flat tables of numbers,
+words and lists need no library, and the reader checks what was written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import platform
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from felab.calibrate import fit
+from felab.calibrate.plan import Measurements, Plan
+from felab.mock_server.profile import SCHEMA
+from felab.paths import results_dir
+from felab.targets import Target
+
+MEANINGS: dict[str, tuple[str, str]] = {
+    "overhead_ms": ("ms", "fixed cost of every request (HTTP, parsing, scheduling, the first decode step)"),
+    "prefill_tps": ("tokens/s", "prompt tokens read per second, with nothing before them in context"),
+    "prefill_attention_ns": (
+        "ns",
+        "extra time per new prompt token for each token before it (attention): u·(c + u/2) pairs",
+    ),
+    "chars_per_token": ("chars", "characters of text per prompt token, as the engine counts them"),
+    "decode_tps": ("tokens/s", "reply tokens per second of one stream alone"),
+    "decode_slowdown": ("", "each further stream decoding at once slows every stream by this share"),
+    "cache_mode": ("", "prefix reuse: blocks (whole hashed blocks) or seat-prefix (longest common prefix)"),
+    "block_tokens": (
+        "tokens",
+        "cache block size: only whole blocks are reused (the twin's prefix granularity)",
+    ),
+    "cache_blocks": ("blocks", "prefix-cache capacity (0: the server reused nothing)"),
+    "seats": ("", "requests served at once (llama.cpp -np); the context is split evenly between them"),
+    "context_tokens": ("tokens", "the whole context (llama.cpp -c), shared by the seats"),
+}
+"""Each setting a profile may hold: its unit and what it means (for the file and the table)."""
+
+
+PREFIX_BLOCK_TOKENS = 16
+"""Block size a twin of a longest-common-prefix cache gets: the practice server finds a shared
+prefix in whole blocks, so a small block keeps its miss under 16 tokens."""
+
+
+@dataclass
+class Profile:
+    about: dict[str, Any]
+    settings: dict[str, Any]
+    fit: dict[str, Any] = field(default_factory=dict)
+    measured: dict[str, Any] = field(default_factory=dict)
+
+
+def machine() -> str:
+    """Where calibrate ran (for a local server, the machine measured)."""
+    cpu = platform.processor() or platform.machine()
+    return f"{platform.system()} {platform.release()}, {cpu}, {os.cpu_count()} cores"
+
+
+def prefill_points(m: Measurements) -> list[fit.Point]:
+    """Every request read alone: the first call, the cold prompts (each length's repeats as one
+    point, their median TTFT: the check compares medians), each opening cold and then again with
+    new text after it."""
+    middle = [
+        fit.Point(g[0].uncached, g[0].cached_tokens or 0, fit.median([s.ttft_ms for s in g]))
+        for g in m.cold
+        if g
+    ]
+    alone = [m.first, *(o.cold for o in m.openings)]
+    warm = [s for o in m.openings for s in o.warm if s.cached_tokens is not None]
+    return [*middle, *(fit.Point(s.uncached, s.cached_tokens or 0, s.ttft_ms) for s in [*alone, *warm])]
+
+
+def build(
+    m: Measurements, target: Target, plan: Plan, seconds: float, requests: int, delivery_ms: float = 0.0
+) -> Profile:
+    """The profile of what was measured: the fit, the settings it gives, the evidence.
+    `delivery_ms`: what the practice server itself adds on this machine (probes.delivery_ms),
+    taken out of the overhead, since the twin adds it back."""
+    points = prefill_points(m)
+    # The settings come from the prompts read cold: the twin's formula cannot hold what the calls
+    # after a cached opening add on some engines (a cost per prompt token, cached or not), and
+    # fitting them too would bend the cold curve. All of them give that cost, as a diagnosis.
+    prefill = fit.fit_prefill([p for p in points if p.context <= 0.1 * (p.uncached + p.context)])
+    per_prompt_us = fit.fit_prefill(points).per_prompt_token_us
+    cold = [s for group in m.cold for s in group]
+    tokens = fit.fit_chars_per_token([(s.chars, s.prompt_tokens) for s in [m.first, *cold]])
+    warm = [(s.prompt_tokens, s.cached_tokens, s.ttft_ms) for o in m.openings for s in o.warm]
+    cold_open = fit.median([o.cold.ttft_ms for o in m.openings]) if m.openings else 1.0
+    cache = fit.cache_finding(warm, cold_open)
+    cold_rounds = [r for r in m.together if all((s.cached_tokens or 0) < 0.1 * s.prompt_tokens for s in r)]
+    rounds = [[s.ttft_ms for s in r] for r in cold_rounds]
+    together_tokens = m.together[0][0].prompt_tokens if m.together else plan.together_tokens
+    shared, shared_err = fit.sharing(rounds, prefill.predict_ms(together_tokens), prefill.overhead_ms)
+    gaps = {k: [t for s in got if (t := s.tpot_ms) is not None] for k, got in m.decode.items()}
+    intervals = {k: fit.median(v) for k, v in gaps.items() if v}
+
+    settings: dict[str, Any] = {
+        "overhead_ms": fit.sig(max(0.0, prefill.overhead_ms - delivery_ms)),
+        "prefill_tps": fit.sig(prefill.prefill_tps),
+        "prefill_attention_ns": fit.sig(prefill.attention_ns),
+        "chars_per_token": fit.sig(tokens),
+    }
+    if 1 in intervals:  # replies of 2 tokens or more came back: decode can be timed
+        decode_tps, slowdown = fit.fit_slowdown(intervals)
+        settings |= {"decode_tps": fit.sig(decode_tps), "decode_slowdown": fit.sig(slowdown)}
+    facts = m.facts
+    if cache.kind == "seat-prefix" and facts.seats:
+        settings["cache_mode"] = "seat-prefix"
+    elif cache.kind != "unknown":  # blocks; or a longest common prefix with no seats: 16-token blocks
+        settings["cache_mode"] = "blocks"
+    if cache.kind == "blocks" and cache.block_tokens:
+        settings["block_tokens"] = cache.block_tokens
+    elif cache.kind == "seat-prefix":  # the practice server compares prompts block by block: small ones
+        settings["block_tokens"] = PREFIX_BLOCK_TOKENS
+    if cache.reuse == "no":
+        settings["cache_blocks"] = 0
+    if facts.seats:
+        settings["seats"] = facts.seats
+    if facts.seat_context:
+        settings["context_tokens"] = facts.seat_context * (facts.seats or 1)
+
+    residuals = [abs(r) for r in prefill.residuals_pct]
+    about = {
+        "schema": SCHEMA,
+        "engine": facts.engine,
+        "target": target.name,
+        "model": target.model,
+        "measured_at": target.base_url,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "method": (
+            f"felab calibrate: {requests} streamed requests in {seconds:.0f} s; TTFT least squares "
+            f"(weighted by 1/(TTFT + 10 ms)) over {len(prefill.residuals_pct)} prompts read cold, alone"
+        ),
+    }
+    return Profile(
+        about,
+        settings,
+        {
+            "prefill_points": len(residuals),
+            "ttft_residual_median_pct": fit.sig(fit.median(residuals), 2),
+            "ttft_residual_max_pct": fit.sig(max(residuals), 2),
+            "formula": "TTFT = overhead + u/prefill_tps + attention·u·(c + u/2)",
+            "overhead_fitted_ms": fit.sig(prefill.overhead_ms),
+            "delivery_subtracted_ms": fit.sig(delivery_ms),
+        },
+        {
+            "per_prompt_token_us": fit.sig(per_prompt_us, 2),
+            "cache_reuse": cache.reuse,
+            "cache_evidence": cache.evidence,
+            "prefill_together": shared,
+            "prefill_together_error_pct": fit.sig(shared_err, 2),
+            "together_ttft_ms": [round(t) for r in rounds for t in sorted(r)],
+            "decode_interval_ms": {str(k): fit.sig(v) for k, v in intervals.items()},
+            "prompt_tokens_seen": [s.prompt_tokens for s in cold],
+        },
+    )
+
+
+# ── TOML, by hand ────────────────────────────────────────────────────────────
+
+BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ValueError(f"a profile holds finite numbers only, not {v}")
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)  # a TOML basic string: JSON's escapes are TOML's
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{_key(k)} = {toml_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(f"cannot write {type(v).__name__} to a profile")
+
+
+def _key(k: str) -> str:
+    return k if BARE_KEY.match(k) else json.dumps(k)
+
+
+def to_toml(p: Profile, header: str = "") -> str:
+    lines = [f"# {line}" if line else "#" for line in header.splitlines()] if header else []
+    lines += [
+        "# A felab timing profile: practice-server settings measured on one real server.",
+        "# Use it with `python -m felab.mock_server --profile FILE` or `felab replay --profile FILE`.",
+        "",
+        "[profile]",
+    ]
+    lines += [f"{_key(k)} = {toml_value(v)}" for k, v in p.about.items()]
+    lines += ["", "[settings]"]
+    for k, v in p.settings.items():
+        unit, meaning = MEANINGS.get(k, ("", ""))
+        note = f"  # {unit + ': ' if unit else ''}{meaning}" if meaning else ""
+        lines.append(f"{_key(k)} = {toml_value(v)}{note}")
+    for name, table_ in (("fit", p.fit), ("measured", p.measured)):
+        if table_:
+            lines += ["", f"[{name}]", *(f"{_key(k)} = {toml_value(v)}" for k, v in table_.items())]
+    return "\n".join(lines) + "\n"
+
+
+def default_path(target: Target) -> Path:
+    """results/profiles/<target>-<date>.toml (the kit's results folder, not git)."""
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return results_dir() / "profiles" / f"{target.name}-{stamp}.toml"
+
+
+def write(p: Profile, path: Path) -> Path:
+    """Write the profile whole (a temporary file renamed over it: never half a profile)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_text(to_toml(p), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def rows(settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """The settings as a table for people: name, value, unit, meaning."""
+    out = []
+    for k, v in settings.items():
+        unit, meaning = MEANINGS.get(k, ("", ""))
+        if isinstance(v, float):
+            value = f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+        else:
+            value = f"{v:,}" if isinstance(v, int) else str(v)
+        out.append({"setting": k, "value": value, "unit": unit, "meaning": meaning})
+    return out

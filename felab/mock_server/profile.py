@@ -1,0 +1,151 @@
+"""A timing profile: a file of practice-server settings, measured on one real server.
+
+`python -m felab calibrate` measures a server (llama.cpp on your laptop, say) and
+writes what it found as a small TOML file; `--profile FILE` on the practice
+server and on `felab replay` reads it back as *defaults*: a flag given next to it
+still wins. The file's shape:
+
+    [profile]                       # what it is: schema version, engine, model, date, machine, method
+    schema = 1
+    [settings]                      # the practice server's settings, by their names in config.py
+    prefill_tps = 52000.0
+    prefill_attention_ns = 31.5
+    [fit] [measured] [sources]      # for people: residuals, raw figures, where each figure comes from
+
+Reading is strict, because a wrong profile would quietly make a wrong twin: a file that
+is not TOML, has no `[profile]` with a schema this kit reads, or names a setting this
+practice server does not have, is refused with one message (`ProfileError`) saying what
+to do. The standard library reads TOML from Python 3.11 (tomllib); 3.10 uses tomli,
+the same code as a package.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from felab.mock_server.config import DEFAULTS, Settings
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+SCHEMA = 1
+"""The profile layout this kit writes and reads. A later kit that changes it writes a larger number."""
+
+
+class ProfileError(ValueError):
+    """A profile this kit cannot use; the message says why and what to do."""
+
+
+def load(path: Path) -> dict[str, Any]:
+    """The whole profile as TOML tables, its `[profile]` schema checked."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ProfileError(
+            f"no profile at {path}. Write one with `python -m felab calibrate --target llamacpp` "
+            f"(it says where it saved it), or use a shipped one from data/profiles/."
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"the profile {path} cannot be read ({exc}).") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(
+            f"the profile {path} is damaged: it is not valid TOML ({exc}). Calibrate again to write a "
+            f"new one, or restore it from where you copied it."
+        ) from None
+    about = data.get("profile")
+    schema = about.get("schema") if isinstance(about, dict) else None
+    if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
+        raise ProfileError(
+            f"the profile {path} is damaged: it has no [profile] table with a schema number, so it "
+            f"was not written by `felab calibrate`. Calibrate again to write a new one."
+        )
+    if schema > SCHEMA:
+        raise ProfileError(
+            f"the profile {path} was written by a newer felab (profile schema {schema}; this kit reads "
+            f"schema {SCHEMA}). Update the kit (`git pull`, then `make setup`), or calibrate again with "
+            f"this one."
+        )
+    return data
+
+
+def read_settings(path: Path) -> dict[str, Any]:
+    """The profile's `[settings]`: setting name -> value, each checked as the server checks a flag."""
+    data = load(path)
+    values = data.get("settings")
+    if not isinstance(values, dict):
+        raise ProfileError(f"the profile {path} is damaged: it has no [settings] table. Calibrate again.")
+    known = {f.name for f in dataclasses.fields(Settings)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ProfileError(
+            f"the profile {path} sets {', '.join(unknown)}, which this practice server does not have. "
+            f"It was probably written by a newer felab: update the kit (`git pull`, then `make setup`), "
+            f"or calibrate again with this one."
+        )
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    try:
+        dataclasses.replace(DEFAULTS, **values)
+    except (ValueError, TypeError) as exc:
+        raise ProfileError(
+            f"the profile {path} holds a value the practice server refuses: {exc}. Fix that line, or "
+            f"calibrate again."
+        ) from None
+    return values
+
+
+PROFILE_HELP = (
+    "a profile from `felab calibrate` (TOML): its settings become these flags' defaults; "
+    "a flag given as well still wins"
+)
+
+
+def spelled(value: Any) -> str:
+    """A setting's value as a flag's text (a default_map value is read as if typed)."""
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def profile_option(skip: tuple[str, ...] = (), note: str = "") -> Callable[[Callable], Callable]:
+    """A decorator that gives a click command `--profile FILE`, read before its other flags.
+
+    The profile's settings become the command's defaults (click's `default_map`, keyed by the
+    settings' names, which are the flags' parameter names), so a flag typed next to it wins.
+    A setting the command has no flag for is kept in `ctx.meta[UNFLAGGED]` for it to apply;
+    `skip` names settings this command keeps its own (replay: the trace's block size)."""
+
+    def load(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+        if not value:
+            return
+        try:
+            values = read_settings(Path(value))
+        except ProfileError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+        values = {k: v for k, v in values.items() if k not in skip}
+        names = {p.name for p in ctx.command.params}
+        flagged = {k: spelled(v) for k, v in values.items() if k in names}
+        ctx.default_map = {**(ctx.default_map or {}), **flagged}
+        ctx.meta[UNFLAGGED] = {k: v for k, v in values.items() if k not in names}
+
+    return click.option(
+        "--profile",
+        type=click.Path(dir_okay=False),
+        is_eager=True,
+        expose_value=False,
+        callback=load,
+        help=PROFILE_HELP + note,
+    )
+
+
+UNFLAGGED = "felab.profile.unflagged"
+"""ctx.meta key: the profile's settings that have no flag on this command."""

@@ -1,0 +1,103 @@
+"""The suite needs nothing of the learner's machine, and leaves nothing behind on it.
+
+No learner's variable (FELAB_*, FIREWORKS_*, or their .env) reaches a test or a process it
+starts (tests/conftest.py); a practice server a test started is stopped however the test
+ends, even by pytest-timeout (felab/mock_server/launch.py). That no test needs port 8765 is
+checked by running the suite while a learner's `make mock` holds it: see docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from conftest import KIT
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not alive(pid)
+
+
+def test_no_learners_variable_reaches_a_test_or_its_subprocesses(tmp_path: Path) -> None:
+    kept = {"FELAB_RESULTS_DIR", "FELAB_ENV_FILE"}  # set by conftest: this test's folder, and no .env
+    assert {k for k in os.environ if k.startswith(("FELAB_", "FIREWORKS_"))} == kept
+    assert not Path(os.environ["FELAB_ENV_FILE"]).exists()
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os; from felab import paths; print(sorted(os.environ), paths.ENV_FILE)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    names, env_file = child.stdout.rsplit(" ", 1)
+    assert "FIREWORKS_" not in names and env_file.strip() == os.environ["FELAB_ENV_FILE"]
+
+
+INNER_TEST = """
+import time
+from felab.mock_server.launch import practice_server
+from felab.mock_server.serve import practice_server_pid
+
+def test_hangs():
+    with practice_server() as url:
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        with open({pid_file!r}, "w") as f:
+            f.write(str(practice_server_pid("127.0.0.1", port)))
+        time.sleep(60)  # pytest-timeout stops this test after 3 s
+"""
+
+
+def test_a_timed_out_test_leaves_no_practice_server(tmp_path: Path) -> None:
+    # As `make test` runs: pytest-timeout's signal method (pyproject.toml), here with 3 s.
+    pid_file = tmp_path / "pid"
+    (tmp_path / "test_inner.py").write_text(textwrap.dedent(INNER_TEST.format(pid_file=str(pid_file))))
+    inner = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--timeout", "3"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert inner.returncode == 1 and "Timeout" in inner.stdout, inner.stdout + inner.stderr
+    pid = int(pid_file.read_text())
+    assert gone_within(pid, 5.0), f"the practice server (process {pid}) outlived its test"
+
+
+def test_a_server_left_open_is_stopped_when_python_exits(tmp_path: Path) -> None:
+    # The last resort: a `with` block that never ran its end (here: entered by hand, then exit).
+    script = """
+import sys
+from felab.mock_server.launch import practice_server
+from felab.mock_server.serve import practice_server_pid
+block = practice_server()  # kept: a block dropped unreferenced would be closed at once
+url = block.__enter__()
+print(practice_server_pid("127.0.0.1", int(url.rsplit(":", 1)[1].split("/")[0])), flush=True)
+sys.exit(0)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=90, cwd=KIT)
+    assert out.returncode == 0, out.stderr
+    assert gone_within(int(out.stdout.strip()), 5.0)
+
+
+def test_pytest_timeout_uses_the_signal_method() -> None:
+    # The thread method ends the process with os._exit: no `finally`, no atexit, servers left running.
+    text = (KIT / "pyproject.toml").read_text(encoding="utf-8")
+    assert 'timeout_method = "signal"' in text

@@ -1,0 +1,75 @@
+"""Each setting is declared once (config.py), and every flag is written from that declaration."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from felab.mock_server import serve
+from felab.mock_server.config import DEFAULTS, MODEL, UNLIMITED, Settings
+from felab.mock_server.flags import command_line, fields, flag, read, spell, sweep_values
+from felab.replay.command import replay_command
+from felab.replay.sweep import KNOBS
+
+SERVER_FLAGS = {o for p in serve.main.params for o in p.opts}
+REPLAY_FLAGS = {o for p in replay_command.params for o in p.opts}
+
+
+def test_every_setting_is_a_server_flag_and_every_model_setting_a_replay_flag() -> None:
+    for f in dataclasses.fields(Settings):
+        assert flag(f) in SERVER_FLAGS, f.name
+        assert f.metadata["help"], f"{f.name} has no help text"
+        if f.metadata["scope"] == MODEL:
+            assert flag(f) in REPLAY_FLAGS, f.name
+    assert {k.field for k in KNOBS} == {f.name for f in fields(MODEL)}
+
+
+@pytest.mark.parametrize("f", fields(), ids=lambda f: f.name)
+def test_a_default_spelled_is_read_back_as_itself(f: dataclasses.Field) -> None:
+    value = getattr(DEFAULTS, f.name)
+    assert read(f, spell(f, value)) == value
+
+
+def test_the_server_command_line_for_some_settings_starts_those_settings() -> None:
+    wanted = Settings(
+        prefill_tps=1050.5, cache_blocks=UNLIMITED, cache_ttl_s=60.0, replicas=18, route="prefix",
+        fail_types=("429", "cut"), seed=7,
+    )  # fmt: skip
+    seen: list[Settings] = []
+    cmd = click.Command("probe", params=serve.main.params, callback=lambda host, port, **v: seen.append(
+        serve.to_settings(v)))  # fmt: skip
+    out = CliRunner().invoke(cmd, command_line(wanted))
+    assert out.exit_code == 0, out.output
+    assert seen == [wanted]
+    assert "--cache-blocks" in command_line(wanted) and "unlimited" in command_line(wanted)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"prefill_tps": 0.0}, "--prefill-tps must be above 0, not 0"),
+        ({"replicas": 10_000_000}, "--replicas must be at most 256, not 10000000"),
+        ({"route": "nearest"}, "--route must be one of random, round-robin, affinity, prefix, not 'nearest'"),
+        ({"fail_types": ("429", "418")}, "--fail-types must be some of 429, 503, 500, cut, not 429,418"),
+        ({"overhead_ms": float("nan")}, "--overhead-ms must be a finite number, not nan"),
+        ({"cache_blocks": 2.5}, "--cache-blocks must be a whole number, not 2.5"),
+        ({"cache_ttl_s": 0.0}, "--cache-ttl must be above 0, not 0"),
+        ({"seats": 0}, "--seats must be at least 1, not 0"),
+        ({"cache_mode": "seat-prefix"}, "--cache-mode seat-prefix keeps a prompt per seat: give --seats too"),
+        ({"route_cache_threshold": 1.5}, "--route-cache-threshold must be at most 1, not 1.5"),
+    ],
+)
+def test_every_check_lives_in_settings_and_names_the_flag(changes: dict, message: str) -> None:
+    with pytest.raises(ValueError) as err:
+        dataclasses.replace(DEFAULTS, **changes)
+    assert str(err.value) == message
+
+
+def test_a_sweep_refuses_an_empty_item_instead_of_dropping_it() -> None:
+    blocks = next(f for f in fields() if f.name == "cache_blocks")
+    assert sweep_values(blocks, "1000, unlimited") == [1000, UNLIMITED]
+    with pytest.raises(ValueError, match="--cache-blocks has an empty item in '1000,,2000'"):
+        sweep_values(blocks, "1000,,2000")
