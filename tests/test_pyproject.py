@@ -116,7 +116,14 @@ def test_uvicorns_internal_protocol_still_has_what_connections_py_overrides_and_
 
     from felab.mock_server.connections import TimelyHttp
 
-    for name in ("connection_made", "on_message_begin", "on_headers_complete", "connection_lost"):
+    names = (
+        "connection_made",
+        "on_message_begin",
+        "on_headers_complete",
+        "connection_lost",
+        "send_400_response",
+    )
+    for name in names:
         theirs = getattr(HttpToolsProtocol, name)
         assert name in TimelyHttp.__dict__, name
         assert list(inspect.signature(theirs).parameters) == list(
@@ -124,8 +131,17 @@ def test_uvicorns_internal_protocol_still_has_what_connections_py_overrides_and_
         ), name
     assert list(inspect.signature(HttpToolsProtocol.timeout_keep_alive_handler).parameters) == ["self"]
     built = inspect.getsource(HttpToolsProtocol.__init__)
-    for attribute in ("self.loop", "self.timeout_keep_alive ", "self.timeout_keep_alive_task"):
+    for attribute in (
+        "self.loop",
+        "self.timeout_keep_alive ",
+        "self.timeout_keep_alive_task",
+        "self.server_state",
+    ):
         assert attribute in built, attribute
+    # HeadWithBody stands in for the transport the request cycles write to, set in connection_made;
+    # arrivals are noted in the scope's state, made in on_message_begin.
+    assert "self.transport = transport" in inspect.getsource(HttpToolsProtocol.connection_made)
+    assert '"state":' in inspect.getsource(HttpToolsProtocol.on_message_begin)
 
 
 def test_starlette_static_files_still_has_the_lookup_bundle_serve_overrides() -> None:
