@@ -104,12 +104,11 @@ def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) ->
         f"less the practice server's own {f['delivery_subtracted_ms']} ms here (the twin adds it back)."
     )
     say(f"prefix cache: reused {found['cache_reuse']} ({found['cache_evidence']}).")
-    if found["per_prompt_token_us"] >= 1:
-        say(
-            f"every prompt token costs this server {found['per_prompt_token_us']} µs even when cached "
-            f"(what a call after a long cached opening takes beyond the attention term): the practice "
-            f"server has no such term, so such calls come out faster on the twin than on this server."
-        )
+    st = profile.settings
+    say(
+        f"after a cached opening: at least {st['cached_token_us']} µs per cached token in the prefill "
+        f"that reuses it; each reply token {st.get('decode_context_ns', 0)} ns slower per prompt token."
+    )
     say(
         f"{plan.streams} cold prompts at once: prefilled {found['prefill_together']} "
         f"(TTFTs {', '.join(map(str, found['together_ttft_ms']))} ms; the practice server prefills one "
@@ -144,14 +143,19 @@ def check(
             f"Allow {need} or more."
         )
     announce(target, facts, need, None, yes)
-    say(f"the real server ({target.name}):")
+    say(
+        f"the real server ({target.name}) and its twin (a practice server with --profile {path.name}), "
+        f"{card.ROUNDS} rounds, taking turns:"
+    )
     seed = fresh_seed()
-    real = card.workload(Prober(target, client(target), need, say, seed=seed), biggest)
-    say(f"its twin (a practice server with --profile {path.name}):")
     with practice_server("--profile", str(path)) as url:
         twin_target = Target("mock", url, "", NO_KEY, False)
         twin_target = Target("mock", url, served_model(twin_target), NO_KEY, False)
-        twin = card.workload(Prober(twin_target, client(twin_target), need, say, seed=seed), biggest)
+        real, twin = card.workload(
+            Prober(target, client(target), need, say, seed=seed),
+            Prober(twin_target, client(twin_target), need, say, seed=seed),
+            biggest,
+        )
     rows = card.compare(real, twin)
     moved = card.drift(real, settings)
     say("")
@@ -210,7 +214,7 @@ def check(
 @click.option(
     "--max-requests",
     type=click.IntRange(min=1),
-    default=60,
+    default=100,
     show_default=True,
     help="never send the server more requests than this",
 )
