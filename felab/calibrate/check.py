@@ -56,9 +56,9 @@ def per_round(biggest: int) -> int:
     return len(lengths(biggest)) + 1 + QUESTIONS_PER_OPENING + QUESTION_FIRST_PER_ROUND + 4
 
 
-def requests(biggest: int) -> int:
+def requests(biggest: int, rounds: int = ROUNDS) -> int:
     """How many requests the held-out work sends to each server."""
-    return ROUNDS * per_round(biggest)
+    return rounds * per_round(biggest)
 
 
 def one_round(p: Prober, biggest: int, out: dict[str, list[Sample]]) -> None:
@@ -90,19 +90,19 @@ def describe(biggest: int) -> str:
 
 
 def workload(
-    real: Prober, twin: Prober, biggest: int
+    real: Prober, twin: Prober, biggest: int, rounds: int = ROUNDS
 ) -> tuple[dict[str, list[Sample]], dict[str, list[Sample]]]:
     """Run the held-out work on both servers, round by round, alternating; samples by kind of work.
     Both probers start from one seed, so each round sends both servers the same prompts."""
     got: tuple[dict[str, list[Sample]], dict[str, list[Sample]]] = ({}, {})
     real.say(f"    each round: {describe(biggest)}")
-    for r in range(ROUNDS):
+    for r in range(rounds):
         t0 = real.elapsed_s()
         one_round(real, biggest, got[0])
         t1 = real.elapsed_s()
         one_round(twin, biggest, got[1])
         real.say(
-            f"    round {r + 1}/{ROUNDS}: real server {t1 - t0:.1f} s, twin {real.elapsed_s() - t1:.1f} s"
+            f"    round {r + 1}/{rounds}: real server {t1 - t0:.1f} s, twin {real.elapsed_s() - t1:.1f} s"
         )
     return got
 

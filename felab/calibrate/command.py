@@ -130,13 +130,19 @@ def profile_settings(path: Path) -> dict[str, Any]:
 
 
 def check(
-    target: Target, path: Path, settings: dict[str, Any], max_requests: int, yes: bool, picture: Path | None
+    target: Target,
+    path: Path,
+    settings: dict[str, Any],
+    max_requests: int,
+    yes: bool,
+    picture: Path | None,
+    rounds: int = card.ROUNDS,
 ) -> list[card.Row]:
     """The held-out work on the real server and on the twin; the table; the picture."""
     facts = server_facts(target)
     biggest = BIGGEST if facts.seat_context is None else facts.seat_context - DECODE_MAX_TOKENS - 64
     biggest = min(BIGGEST, biggest)
-    need = card.requests(biggest)
+    need = card.requests(biggest, rounds)
     if need > max_requests:
         raise FelabError(
             f"the check sends {need} requests to the real server; --max-requests is {max_requests}. "
@@ -145,7 +151,7 @@ def check(
     announce(target, facts, need, None, yes)
     say(
         f"the real server ({target.name}) and its twin (a practice server with --profile {path.name}), "
-        f"{card.ROUNDS} rounds, taking turns:"
+        f"{rounds} rounds, taking turns:"
     )
     seed = fresh_seed()
     with practice_server("--profile", str(path)) as url:
@@ -155,6 +161,7 @@ def check(
             Prober(target, client(target), need, say, seed=seed),
             Prober(twin_target, client(twin_target), need, say, seed=seed),
             biggest,
+            rounds,
         )
     rows = card.compare(real, twin)
     moved = card.drift(real, settings)
