@@ -99,8 +99,9 @@ def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) ->
     say(tabulate(prof.rows(profile.settings), headers="keys", disable_numparse=True))
     f, found = profile.fit, profile.measured
     say(
-        f"\nfit: TTFT of {f['prefill_points']} prompts read cold, off by {f['ttft_residual_median_pct']}% "
-        f"(median) and {f['ttft_residual_max_pct']}% at most. Overhead: {f['overhead_fitted_ms']} ms fitted, "
+        f"\nfit: TTFT of {f['prefill_points']} cold prompt lengths (medians), off by "
+        f"{f['ttft_residual_median_pct']}% (median) and {f['ttft_residual_max_pct']}% at most. "
+        f"Overhead: {f['overhead_fitted_ms']} ms fitted, "
         f"less the practice server's own {f['delivery_subtracted_ms']} ms here (the twin adds it back)."
     )
     say(f"prefix cache: reused {found['cache_reuse']} ({found['cache_evidence']}).")

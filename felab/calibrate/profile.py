@@ -79,18 +79,26 @@ def machine() -> str:
     return f"{platform.system()} {platform.release()}, {cpu}, {os.cpu_count()} cores"
 
 
-def prefill_points(m: Measurements) -> list[fit.Point]:
-    """Every request read alone: the first call, the cold prompts (each length's repeats as one
-    point, their median TTFT: the check compares medians), each opening cold and then again with
-    new text after it."""
-    middle = [
+def cold_points(m: Measurements) -> list[fit.Point]:
+    """The cold prompts, each length's repeats as one point: their median TTFT (the check compares
+    medians). The prefill terms are fitted from these alone: a prompt measured once (the first
+    call, an opening's cold call) can be caught by a busy moment and bend the curve."""
+    return [
         fit.Point(g[0].uncached, g[0].cached_tokens or 0, fit.median([s.ttft_ms for s in g]))
         for g in m.cold
         if g
     ]
+
+
+def prefill_points(m: Measurements) -> list[fit.Point]:
+    """Every request read alone: the cold prompts (as in `cold_points`), the first call, each
+    opening cold and then again with new text after it."""
     alone = [m.first, *(o.cold for o in m.openings)]
     warm = [s for o in m.openings for s in o.warm if s.cached_tokens is not None]
-    return [*middle, *(fit.Point(s.uncached, s.cached_tokens or 0, s.ttft_ms) for s in [*alone, *warm])]
+    return [
+        *cold_points(m),
+        *(fit.Point(s.uncached, s.cached_tokens or 0, s.ttft_ms) for s in [*alone, *warm]),
+    ]
 
 
 def decode_settings(m: Measurements, intervals: dict[int, float]) -> dict[str, float]:
@@ -120,7 +128,7 @@ def build(
     # The prefill terms come from the prompts read cold; the calls after a cached opening then give
     # cached_token_us (fitting them together would bend the cold curve). All of them give a cost
     # per prompt token cached or not, kept in [measured] as a diagnosis.
-    prefill = fit.fit_prefill([p for p in points if p.context <= 0.1 * (p.uncached + p.context)])
+    prefill = fit.fit_prefill(cold_points(m))
     per_prompt_us = fit.fit_prefill(points).per_prompt_token_us
     cold = [s for group in m.cold for s in group]
     tokens = fit.fit_chars_per_token([(s.chars, s.prompt_tokens) for s in [m.first, *cold]])
@@ -173,7 +181,8 @@ def build(
         "machine": machine(),
         "method": (
             f"felab calibrate: {requests} streamed requests in {seconds:.0f} s; TTFT least squares "
-            f"(weighted by 1/(TTFT + 10 ms)) over {len(prefill.residuals_pct)} prompts read cold, alone"
+            f"(weighted by 1/(TTFT + 10 ms)) over {len(prefill.residuals_pct)} cold prompt lengths, "
+            f"the median of each length's repeats"
         ),
     }
     return Profile(

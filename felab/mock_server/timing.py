@@ -23,11 +23,12 @@ new tokens after 5,170 cached took 70 ms, 414 after 5,190 took 88 ms, a short pr
 alone 6 ms. A few new tokens are read almost one by one, each a pass over the whole
 cached context as a decode step is, so their cost follows the context, not the pairs
 the attention term counts; a long new part is read in large batches, where the
-attention term is the larger, hence the max. Restoring a prompt from a host-memory
-cache (llama.cpp's `--cache-ram`, when a prompt returns on another seat) is also paid
-per cached token. `decode_context_ns` makes each reply token cost more after a long
-prompt: every decode step attends to the whole context (the prompt's tokens; the
-reply's own few are left out: an approximation, fixed at booking like `streams`).
+attention term is the larger, hence the max. Where an engine copies a cached prompt
+back in (llama.cpp's `--cache-ram`, when a prompt returns to another seat; vLLM's
+offloaded blocks), that copy is a cost per cached token too. `decode_context_ns`
+makes each reply token cost more after a long prompt: every decode step attends to
+the whole context (the prompt's tokens; the reply's own few are left out: an
+approximation, fixed at booking like `streams`).
 
 How concurrent requests share the server. Like one GPU, each replica has one
 prefill lane: prompts are prefilled one after another, in arrival order, each
