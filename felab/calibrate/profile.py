@@ -25,6 +25,7 @@ from typing import Any
 
 from felab.calibrate import fit
 from felab.calibrate.plan import Measurements, Plan
+from felab.calibrate.probes import FOLLOW_UP_MAX_TOKENS
 from felab.mock_server.profile import SCHEMA
 from felab.paths import results_dir
 from felab.targets import Target
@@ -106,7 +107,8 @@ def decode_settings(m: Measurements, intervals: dict[int, float]) -> dict[str, f
     openings, against the one stream alone after a short prompt)."""
     decode_tps, slowdown = fit.fit_slowdown(intervals)
     alone = fit.median([s.prompt_tokens for s in m.decode[1]])
-    after = [(s.prompt_tokens, t) for o in m.openings for s in o.warm if (t := s.tpot_ms) is not None]
+    replies = [s for o in m.openings for s in o.warm if s.output_tokens >= FOLLOW_UP_MAX_TOKENS // 2]
+    after = [(s.prompt_tokens, t) for s in replies if (t := s.tpot_ms) is not None]  # not 1-gap replies
     per_context = fit.fit_decode_context(intervals[1], int(alone), after)
     base_ms = intervals[1] - per_context * 1e-6 * alone  # the interval with no context at all
     if base_ms > 0:
