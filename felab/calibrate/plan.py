@@ -6,7 +6,7 @@ refuses to send one request more. The prompt lengths follow the server's
 context: the longest probe fits a seat with room to spare, or calibrate says the
 server is too small before it sends anything.
 
-    cold prompts     7 lengths from ~100 tokens to the longest, 3 passes over them
+    cold prompts     7 lengths from ~100 tokens to the longest, 3 of each
     openings         3 openings (a quarter, half and 4/5 of the longest), each cold, then 3 times with a
                      short question after it, then with the question and more text
     together         4 cold prompts at once, twice

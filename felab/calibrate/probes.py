@@ -215,21 +215,19 @@ def first_call(p: Prober) -> Sample:
 
 
 def cold(p: Prober, lengths: list[int], repeats: int) -> list[list[Sample]]:
-    """Prompts that share nothing, `repeats` of each length, in passes over the lengths (shortest
-    first), so that a minute when the machine is busy slows one of each length's repeats, not all of
-    one length's; a length this server would take more than SLOWEST_PROBE_S to read is left out
-    (the longest so far says how long)."""
+    """Prompts that share nothing, `repeats` of each length back to back, shortest first; a length
+    this server would take more than SLOWEST_PROBE_S to read is left out (the longest so far says
+    how long). Back to back, not in passes over the lengths: on llama.cpp a cold prompt sent
+    right after a long one (on a seat that held it) came 20 to 40% slower at 300 to 2,000
+    tokens here, which passes would put into every repeat but the first."""
     out: list[list[Sample]] = []
-    for tokens in lengths:
+    for n, tokens in enumerate(lengths):
         if len(out) >= 3 and _slow([s for g in out for s in g], tokens):
             p.say(f"    from {tokens:,} tokens on left out: each would take over {SLOWEST_PROBE_S:g} s here")
             break
-        out.append([p.call(prompts.fresh(p.tokens_to_chars(tokens), p.rng))])
+        got = [p.call(prompts.fresh(p.tokens_to_chars(tokens), p.rng)) for _ in range(repeats)]
+        out.append(got)
         p.learn_chars_per_token([s for g in out for s in g])
-    for _ in range(repeats - 1):
-        for n, group in enumerate(out):
-            group.append(p.call(prompts.fresh(p.tokens_to_chars(lengths[n]), p.rng)))
-    for n, got in enumerate(out):
         times = ", ".join(f"{s.ttft_ms:.0f}" for s in got)
         p.say(f"    {n + 1}/{len(lengths)}  {got[0].prompt_tokens:>6,} tokens  TTFT {times} ms")
     return out
