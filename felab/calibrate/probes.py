@@ -218,7 +218,7 @@ def cold(p: Prober, lengths: list[int], repeats: int) -> list[list[Sample]]:
     """Prompts that share nothing, `repeats` of each length back to back, shortest first; a length
     this server would take more than SLOWEST_PROBE_S to read is left out (the longest so far says
     how long). Back to back, not in passes over the lengths: on llama.cpp a cold prompt sent
-    right after a long one (on a seat that held it) came 20 to 40% slower at 300 to 2,000
+    right after a long one (on a seat that held it) came 20 to 60% slower at 300 to 2,000
     tokens here, which passes would put into every repeat but the first."""
     out: list[list[Sample]] = []
     for n, tokens in enumerate(lengths):
