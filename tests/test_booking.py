@@ -256,3 +256,26 @@ def test_a_seat_keeps_only_what_a_hung_up_prompt_had_read() -> None:
     model.cancel(first, now=0.5)
     again = model.book(prompt(list(range(40))), 1, arrival=1.0, now=1.0)
     assert again.cached_tokens == 18 * 64
+
+
+def test_a_cached_opening_costs_a_floor_per_cached_token_and_decode_slows_with_the_prompt() -> None:
+    # 20 µs per cached token, attention 10 ns, 500 ns per prompt token on every reply token.
+    s = Settings(cached_token_us=20.0, prefill_attention_ns=10.0, decode_context_ns=500.0)
+    model = PracticeModel(s)
+    model.book(prompt(list(range(47)), 37), 5, arrival=0.0, now=0.0)
+    short = model.book(prompt(list(range(47)), 50), 5, arrival=5.0, now=5.0)  # a question after it
+    cached = 47 * 64  # 3,008 tokens: the floor (60 ms) beats attention on 50 new tokens (1.5 ms)
+    assert short.ttft_s == pytest.approx(0.015 + 50 / 2500 + 20e-6 * cached)
+    assert short.interval_s == pytest.approx(1 / 400 + 500e-9 * (cached + 50))
+    long_tail = model.book(prompt([*range(47), *range(900, 930)]), 1, arrival=9.0, now=9.0)
+    attention = 10e-9 * 1920 * (cached + 960)  # 1,920 new tokens: 76 ms of attention beats the 60 ms floor
+    assert long_tail.ttft_s == pytest.approx(0.015 + 1920 / 2500 + attention)
+    # prefilled_tokens inverts prefill_s, the floor included (hang-ups keep what was computed)
+    t = s.timing
+    for u, c in [(50, 3008), (700, 3008), (3000, 0)]:
+        assert t.prefilled_tokens(t.prefill_s(u, c), c) == u
+
+
+def test_the_context_terms_at_zero_are_todays_model_exactly() -> None:
+    t, zero = Settings().timing, Settings(cached_token_us=0.0, decode_context_ns=0.0).timing
+    assert t == zero and t.prefill_s(50, 3008) == 50 / 2500 and t.token_interval_s(3, 5000) == 1 / 400

@@ -10,6 +10,8 @@ with each assertion.
 from __future__ import annotations
 
 import http.server
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,6 +66,21 @@ def test_a_cost_per_prompt_token_cached_or_not_is_told_apart_from_prefill() -> N
     assert got.attention_ns == pytest.approx(60.0, rel=1e-3)
     # The twin has no such term: it charges it to uncached tokens, so cold prompts keep it.
     assert got.prefill_tps == pytest.approx(1000 / (1000 / 50_000 + 0.020), rel=1e-3)
+
+
+def test_the_floor_per_cached_token_from_short_follow_ups() -> None:
+    # 15 µs per cached token beyond the linear term, whatever the question's length (a floor).
+    cold = fit.PrefillFit(5.0, 50_000.0, 30.0, 0.0, ())
+    follow_ups = [Point(u, c, 5.0 + u / 50 + 0.015 * c) for u, c in [(20, 1600), (25, 3200), (18, 5100)]]
+    assert fit.fit_reuse(cold, follow_ups) == pytest.approx(15.0)
+    assert fit.fit_reuse(cold, []) == 0.0
+
+
+def test_decode_after_a_long_prompt_gives_the_context_term() -> None:
+    # 0.4 ms a token after 60 tokens; + 600 ns per prompt token after the openings.
+    after = [(c, 0.4 + 600e-6 * (c - 60)) for c in (1600, 3200, 5100)]
+    assert fit.fit_decode_context(0.4, 60, after) == pytest.approx(600.0)
+    assert fit.fit_decode_context(0.4, 60, [(3000, 0.3)]) == 0.0  # faster after a long prompt: noise
 
 
 def test_cache_kind_whole_blocks_or_longest_common_prefix() -> None:
@@ -166,7 +183,14 @@ def test_check_refuses_a_bad_profile_before_it_sends_anything(tmp_path: Path) ->
 
 # ── a practice server with known settings, measured back ─────────────────────
 
-KNOWN = {"overhead_ms": 10.0, "prefill_tps": 10_000.0, "decode_tps": 200.0, "block_tokens": 32}
+KNOWN = {
+    "overhead_ms": 10.0,
+    "prefill_tps": 10_000.0,
+    "decode_tps": 200.0,
+    "block_tokens": 32,
+    "cached_token_us": 20.0,
+    "decode_context_ns": 2000.0,
+}
 
 
 def test_calibrating_a_practice_server_gives_its_settings_back(tmp_path: Path) -> None:
@@ -196,6 +220,11 @@ def test_calibrating_a_practice_server_gives_its_settings_back(tmp_path: Path) -
     assert got["prefill_tps"] == pytest.approx(10_000, rel=0.25)
     assert abs(got["overhead_ms"] - 10) <= 8
     assert got["decode_tps"] == pytest.approx(200, rel=0.3)
+    # The context terms: 20 µs per cached token (32 to 100 ms after the openings, measured against a few
+    # ms of noise) within 25%; 2,000 ns per prompt token on each reply token (3 to 10 ms a token after
+    # the openings, against 5 ms alone) within 30%.
+    assert got["cached_token_us"] == pytest.approx(20, rel=0.25)
+    assert got["decode_context_ns"] == pytest.approx(2000, rel=0.3)
     whole = tomllib.loads(out_file.read_text())
     assert whole["profile"]["engine"] == "felab practice server"
     assert whole["measured"]["prefill_together"] == "one after another"
@@ -284,3 +313,18 @@ def test_a_paid_target_asks_first_and_a_no_sends_nothing(monkeypatch: pytest.Mon
     assert out.returncode == 2, out.stdout + out.stderr
     assert "it sends at most" in out.stdout and "bill your account" in out.stdout
     assert "nothing was sent" in out.stderr and hits == []
+
+
+def test_the_benchs_calibrate_phase_runs_at_a_tiny_size() -> None:
+    # make bench's phase, practice server only (llama.cpp is make test-engines' business), 2 rounds:
+    # it prints the report card and what calibrate found next to what the server was started with.
+    out = subprocess.run(
+        [sys.executable, "-m", "felab.calibrate.bench", "--quick", "--practice-only"],
+        cwd=KIT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "kinds of work have the twin's median TTFT within" in out.stdout
+    assert "started with" in out.stdout and "cached_token_us" in out.stdout and "load average" in out.stdout

@@ -3,8 +3,11 @@
 Held out means none of it was used to fit: other prompt lengths, an opening with
 questions after it (the lesson's stable-first) and the question before it
 (time-first, nothing to reuse), 4 cold prompts at once. The same prompts, in the
-same order (one seed), go to both servers, one after the other; then each kind
-of work is compared:
+same order (one seed), go to both servers, in rounds that alternate between them
+(a round of every kind of work on the real server, the same round on the twin,
+the next round...): a shared machine's speed drifts by the minute, and
+alternating puts both servers under the same drift, so the medians compare like
+with like. Then each kind of work is compared:
 
     TTFT median and p95, measured on the real server against the twin's, with the error of each;
     time per output token, the same way.
@@ -32,6 +35,9 @@ TPOT_FLOOR_MS = 0.5
 QUESTIONS_PER_OPENING = 6
 TPOT_TOKENS = 24
 """Reply length of the opening-first calls after the first: their time per output token is compared."""
+ROUNDS = 5
+"""Rounds of held-out work per server: 5 medians of cold prompts per length, 30 calls after an opening."""
+QUESTION_FIRST_PER_ROUND = 2
 
 COLD = "cold, ~{:,} tokens"
 OPENING_FIRST_1 = "opening first: call 1"
@@ -45,38 +51,64 @@ def lengths(biggest: int) -> list[int]:
     return [int(biggest * f) for f in (0.11, 0.22, 0.4, 0.62, 0.88)]
 
 
-def requests(biggest: int) -> int:
+def per_round(biggest: int) -> int:
+    """Requests in one round of held-out work, on one server (a short untimed call first)."""
+    return 1 + len(lengths(biggest)) + 1 + QUESTIONS_PER_OPENING + QUESTION_FIRST_PER_ROUND + 4
+
+
+def requests(biggest: int, rounds: int = ROUNDS) -> int:
     """How many requests the held-out work sends to each server."""
-    return len(lengths(biggest)) * 3 + 2 * (1 + QUESTIONS_PER_OPENING) + QUESTIONS_PER_OPENING + 8
+    return rounds * per_round(biggest)
 
 
-def workload(p: Prober, biggest: int) -> dict[str, list[Sample]]:
-    """Run the held-out work on one server; samples by kind of work."""
-    out: dict[str, list[Sample]] = {}
+def one_round(p: Prober, biggest: int, out: dict[str, list[Sample]]) -> None:
+    """One round of every kind of held-out work on one server, its samples added to `out` by kind."""
 
     def add(kind: str, got: list[Sample]) -> None:
         out.setdefault(kind, []).extend(got)
 
+    # Untimed: the server sat idle while the other one ran its round, and the first call after
+    # idle seconds pays for it (llama.cpp: 5 to 10 ms more on a 30 ms prompt here); calibrate's
+    # prompts come back to back, so the first timed prompt should not pay it either.
+    p.call(prompts.fresh(200, p.rng))
     for tokens in lengths(biggest):
-        add(COLD.format(tokens), [p.call(prompts.fresh(p.tokens_to_chars(tokens), p.rng)) for _ in range(3)])
-    p.say(f"    cold prompts of {len(lengths(biggest))} lengths, 3x each")
+        add(COLD.format(tokens), [p.call(prompts.fresh(p.tokens_to_chars(tokens), p.rng))])
     opening_tokens = int(biggest * 0.45)
-    for _ in range(2):
-        text = prompts.opening(p.tokens_to_chars(opening_tokens), p.rng)
-        asked = [prompts.with_question(text, q) for q in prompts.QUESTIONS[: QUESTIONS_PER_OPENING + 1]]
-        add(OPENING_FIRST_1, [p.call(asked[0])])
-        add(OPENING_FIRST_REST, [p.call(m, TPOT_TOKENS) for m in asked[1:]])
-    p.say(
-        f"    an opening of ~{opening_tokens:,} tokens, {QUESTIONS_PER_OPENING + 1} questions after it, twice"
-    )
     text = prompts.opening(p.tokens_to_chars(opening_tokens), p.rng)
-    questions = prompts.QUESTIONS[-QUESTIONS_PER_OPENING:]
+    asked = [prompts.with_question(text, q) for q in prompts.QUESTIONS[: QUESTIONS_PER_OPENING + 1]]
+    add(OPENING_FIRST_1, [p.call(asked[0])])
+    add(OPENING_FIRST_REST, [p.call(m, TPOT_TOKENS) for m in asked[1:]])
+    text = prompts.opening(p.tokens_to_chars(opening_tokens), p.rng)
+    questions = p.rng.sample(prompts.QUESTIONS, QUESTION_FIRST_PER_ROUND)
     add(QUESTION_FIRST, [p.call(prompts.with_question(text, q, first=False)) for q in questions])
-    p.say(f"    the same work with the question first, {QUESTIONS_PER_OPENING} calls")
-    for _ in range(2):
-        add(TOGETHER, p.together([prompts.fresh(p.tokens_to_chars(opening_tokens), p.rng) for _ in range(4)]))
-    p.say("    4 cold prompts at once, twice")
-    return out
+    add(TOGETHER, p.together([prompts.fresh(p.tokens_to_chars(opening_tokens), p.rng) for _ in range(4)]))
+
+
+def describe(biggest: int) -> str:
+    """What one round holds (a progress line)."""
+    return (
+        f"cold prompts of {len(lengths(biggest))} lengths, an opening of ~{int(biggest * 0.45):,} tokens "
+        f"with {QUESTIONS_PER_OPENING + 1} questions after it, {QUESTION_FIRST_PER_ROUND} with the question "
+        f"first, 4 cold prompts at once"
+    )
+
+
+def workload(
+    real: Prober, twin: Prober, biggest: int, rounds: int = ROUNDS
+) -> tuple[dict[str, list[Sample]], dict[str, list[Sample]]]:
+    """Run the held-out work on both servers, round by round, alternating; samples by kind of work.
+    Both probers start from one seed, so each round sends both servers the same prompts."""
+    got: tuple[dict[str, list[Sample]], dict[str, list[Sample]]] = ({}, {})
+    real.say(f"    each round: {describe(biggest)}")
+    for r in range(rounds):
+        t0 = real.elapsed_s()
+        one_round(real, biggest, got[0])
+        t1 = real.elapsed_s()
+        one_round(twin, biggest, got[1])
+        real.say(
+            f"    round {r + 1}/{rounds}: real server {t1 - t0:.1f} s, twin {real.elapsed_s() - t1:.1f} s"
+        )
+    return got
 
 
 @dataclass(frozen=True)

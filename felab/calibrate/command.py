@@ -90,17 +90,17 @@ def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) ->
     say(tabulate(prof.rows(profile.settings), headers="keys", disable_numparse=True))
     f, found = profile.fit, profile.measured
     say(
-        f"\nfit: TTFT of {f['prefill_points']} prompts read cold, off by {f['ttft_residual_median_pct']}% "
-        f"(median) and {f['ttft_residual_max_pct']}% at most. Overhead: {f['overhead_fitted_ms']} ms fitted, "
+        f"\nfit: TTFT of {f['prefill_points']} cold prompt lengths (medians), off by "
+        f"{f['ttft_residual_median_pct']}% (median) and {f['ttft_residual_max_pct']}% at most. "
+        f"Overhead: {f['overhead_fitted_ms']} ms fitted, "
         f"less the practice server's own {f['delivery_subtracted_ms']} ms here (the twin adds it back)."
     )
     say(f"prefix cache: reused {found['cache_reuse']} ({found['cache_evidence']}).")
-    if found["per_prompt_token_us"] >= 1:
-        say(
-            f"every prompt token costs this server {found['per_prompt_token_us']} µs even when cached "
-            f"(what a call after a long cached opening takes beyond the attention term): the practice "
-            f"server has no such term, so such calls come out faster on the twin than on this server."
-        )
+    st = profile.settings
+    say(
+        f"after a cached opening: at least {st['cached_token_us']} µs per cached token in the prefill "
+        f"that reuses it; each reply token {st.get('decode_context_ns', 0)} ns slower per prompt token."
+    )
     say(
         f"{plan.streams} cold prompts at once: prefilled {found['prefill_together']} "
         f"(TTFTs {', '.join(map(str, found['together_ttft_ms']))} ms; the practice server prefills one "
@@ -122,27 +122,39 @@ def profile_settings(path: Path) -> dict[str, Any]:
 
 
 def check(
-    target: Target, path: Path, settings: dict[str, Any], max_requests: int, yes: bool, picture: Path | None
+    target: Target,
+    path: Path,
+    settings: dict[str, Any],
+    max_requests: int,
+    yes: bool,
+    picture: Path | None,
+    rounds: int = card.ROUNDS,
 ) -> list[card.Row]:
     """The held-out work on the real server and on the twin; the table; the picture."""
     facts = server_facts(target)
     biggest = BIGGEST if facts.seat_context is None else facts.seat_context - DECODE_MAX_TOKENS - 64
     biggest = min(BIGGEST, biggest)
-    need = card.requests(biggest)
+    need = card.requests(biggest, rounds)
     if need > max_requests:
         raise FelabError(
             f"the check sends {need} requests to the real server; --max-requests is {max_requests}. "
             f"Allow {need} or more."
         )
     announce(target, facts, need, None, yes)
-    say(f"the real server ({target.name}):")
+    say(
+        f"the real server ({target.name}) and its twin (a practice server with --profile {path.name}), "
+        f"{rounds} rounds, taking turns:"
+    )
     seed = fresh_seed()
-    real = card.workload(Prober(target, client(target), need, say, seed=seed), biggest)
-    say(f"its twin (a practice server with --profile {path.name}):")
     with practice_server("--profile", str(path)) as url:
         twin_target = Target("mock", url, "", NO_KEY, False)
         twin_target = Target("mock", url, served_model(twin_target), NO_KEY, False)
-        twin = card.workload(Prober(twin_target, client(twin_target), need, say, seed=seed), biggest)
+        real, twin = card.workload(
+            Prober(target, client(target), need, say, seed=seed),
+            Prober(twin_target, client(twin_target), need, say, seed=seed),
+            biggest,
+            rounds,
+        )
     rows = card.compare(real, twin)
     moved = card.drift(real, settings)
     say("")
@@ -201,7 +213,7 @@ def check(
 @click.option(
     "--max-requests",
     type=click.IntRange(min=1),
-    default=60,
+    default=100,
     show_default=True,
     help="never send the server more requests than this",
 )

@@ -11,7 +11,13 @@ elimination; no numpy, which a learner's core install does not have):
         quadratic growth of a long cold prompt and the extra cost of a question read
         after a long cached opening are the same term.
 
+    reuse: TTFT_ms ≈ overhead_ms + u · 1000 / prefill_tps + max(attention, cached_token_us·1e-3 · c)
+        after c cached tokens (timing.py's floor): each follow-up's time beyond the linear term,
+        per cached token; their median (a follow-up where attention is the larger gives only
+        an upper bound, and most follow-ups carry a few new tokens, where the floor holds).
+
     interval(k) ≈ interval(1) · (1 + decode_slowdown · (k − 1))    k streams decoding at once
+    interval(context) ≈ interval(1) + decode_context_ns·1e-6 · context     after a long prompt
 
     prompt_tokens ≈ characters / chars_per_token                   how the engine counts text
 
@@ -147,6 +153,28 @@ def fit_slowdown(intervals: dict[int, float]) -> tuple[float, float]:
     num = sum((k - 1) * (v / base - 1) for k, v in others)
     den = sum((k - 1) ** 2 for k, _ in others)
     return 1000 / base, max(0.0, num / den)
+
+
+def fit_reuse(fit: PrefillFit, warm: Sequence[Point]) -> float:
+    """cached_token_us from calls after a cached opening: the median over them of their time beyond
+    the overhead and the linear term, per cached token (0 if none was cached)."""
+    implied = [
+        max(0.0, p.ttft_ms - fit.overhead_ms - p.uncached * 1000 / fit.prefill_tps) / p.context * 1000
+        for p in warm
+        if p.context > 0
+    ]
+    return median(implied) if implied else 0.0
+
+
+def fit_decode_context(base_ms: float, base_context: int, samples: Sequence[tuple[int, float]]) -> float:
+    """decode_context_ns from (context tokens, time per output token ms) of replies after long
+    prompts, against one alone after `base_context` tokens taking `base_ms`: a line through that
+    point, least squares weighted by 1/interval² (relative errors), never below 0."""
+    xs = [(c - base_context, t - base_ms, 1 / t**2) for c, t in samples if c > base_context and t > 0]
+    den = sum(w * x * x for x, _, w in xs)
+    if not den:
+        return 0.0
+    return max(0.0, sum(w * x * y for x, y, w in xs) / den) * 1e6
 
 
 def fit_chars_per_token(samples: Sequence[tuple[int, int]]) -> float:

@@ -6,8 +6,8 @@ refuses to send one request more. The prompt lengths follow the server's
 context: the longest probe fits a seat with room to spare, or calibrate says the
 server is too small before it sends anything.
 
-    cold prompts     7 lengths from ~100 tokens to the longest, twice each
-    openings         3 openings (a quarter, half and 4/5 of the longest), each cold, then twice with a
+    cold prompts     7 lengths from ~100 tokens to the longest, 3 of each
+    openings         3 openings (a quarter, half and 4/5 of the longest), each cold, then 3 times with a
                      short question after it, then with the question and more text
     together         4 cold prompts at once, twice
     decode           1 stream, then 2 and 4 at once
@@ -27,8 +27,8 @@ from felab.errors import FelabError
 class Plan:
     biggest: int
     """The longest probe prompt, tokens."""
-    repeats: int = 2
-    warm: int = 2
+    repeats: int = 3
+    warm: int = 3
     together_rounds: int = 2
     streams: int = 4
     decode_streams: tuple[int, ...] = (1, 2, 4)
@@ -68,6 +68,7 @@ class Plan:
 
 SHORTER: tuple[dict[str, Any], ...] = (
     {},
+    {"repeats": 2, "warm": 2},
     {"repeats": 1, "together_rounds": 1},
     {"repeats": 1, "together_rounds": 1, "warm": 1, "decode_streams": (1, 2)},
 )

@@ -40,6 +40,8 @@ PREFILL_MAX_TOKENS = 2
 """Reply length of a prefill probe: its first token is what is timed; one more shows the stream works."""
 DECODE_MAX_TOKENS = 48
 """Reply length of a decode probe: enough gaps between tokens for a steady median."""
+FOLLOW_UP_MAX_TOKENS = 16
+"""Reply length of a short question after a cached opening: its gaps time decode after a long context."""
 BIGGEST = 6400
 """The longest probe prompt, in tokens (less if the server's context, or its speed, asks for less)."""
 SMALLEST_CONTEXT = 1200
@@ -213,8 +215,11 @@ def first_call(p: Prober) -> Sample:
 
 
 def cold(p: Prober, lengths: list[int], repeats: int) -> list[list[Sample]]:
-    """Prompts that share nothing, `repeats` of each length, shortest first; a length this server
-    would take more than SLOWEST_PROBE_S to read is left out (the longest so far says how long)."""
+    """Prompts that share nothing, `repeats` of each length back to back, shortest first; a length
+    this server would take more than SLOWEST_PROBE_S to read is left out (the longest so far says
+    how long). Back to back, not in passes over the lengths: on llama.cpp a cold prompt sent
+    right after a long one (on a seat that held it) came 20 to 60% slower at 300 to 2,000
+    tokens here, which passes would put into every repeat but the first."""
     out: list[list[Sample]] = []
     for n, tokens in enumerate(lengths):
         if len(out) >= 3 and _slow([s for g in out for s in g], tokens):
@@ -246,7 +251,7 @@ class Opening:
 
 def openings(p: Prober, lengths: list[int], suffix_tokens: int, warm: int) -> list[Opening]:
     """Each opening once cold (with a long new part), then `warm` times with a short question
-    after it (what is left is the overhead: the best measure of it), then once more with that
+    after it (what a cached opening costs, and decode after a long context), then once more with that
     question and a long new part after it: what it shares with the call before grows, so the
     cached counts land on different lengths (whole blocks show as multiples of one size)."""
     out = []
@@ -255,8 +260,8 @@ def openings(p: Prober, lengths: list[int], suffix_tokens: int, warm: int) -> li
         text = prompts.opening(p.tokens_to_chars(tokens + p.rng.randrange(5, 60)), p.rng)
         piece = p.tokens_to_chars(suffix_tokens)
         first = p.call(prompts.with_question(text, prompts.opening(piece, p.rng)))
-        asked = [f"{prompts.tag(p.rng)} {p.rng.choice(prompts.QUESTIONS)}" for _ in range(warm)]
-        rest = [p.call(prompts.with_question(text, q)) for q in asked]
+        asked = p.rng.sample(prompts.QUESTIONS, warm)  # short and all different, as a learner's are
+        rest = [p.call(prompts.with_question(text, q), FOLLOW_UP_MAX_TOKENS) for q in asked]
         longer = f"{asked[-1]} {prompts.opening(piece + p.rng.randrange(20, 240), p.rng)}"
         rest.append(p.call(prompts.with_question(text, longer)))
         out.append(Opening(first, rest))

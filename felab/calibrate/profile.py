@@ -25,6 +25,7 @@ from typing import Any
 
 from felab.calibrate import fit
 from felab.calibrate.plan import Measurements, Plan
+from felab.calibrate.probes import FOLLOW_UP_MAX_TOKENS
 from felab.mock_server.profile import SCHEMA
 from felab.paths import results_dir
 from felab.targets import Target
@@ -36,9 +37,14 @@ MEANINGS: dict[str, tuple[str, str]] = {
         "ns",
         "extra time per new prompt token for each token before it (attention): u·(c + u/2) pairs",
     ),
+    "cached_token_us": (
+        "µs",
+        "least time per cached prompt token in the prefill that reuses it (beyond the rate; or attention)",
+    ),
     "chars_per_token": ("chars", "characters of text per prompt token, as the engine counts them"),
     "decode_tps": ("tokens/s", "reply tokens per second of one stream alone"),
     "decode_slowdown": ("", "each further stream decoding at once slows every stream by this share"),
+    "decode_context_ns": ("ns", "what each prompt token adds to the time of every reply token"),
     "cache_mode": ("", "prefix reuse: blocks (whole hashed blocks) or seat-prefix (longest common prefix)"),
     "block_tokens": (
         "tokens",
@@ -50,6 +56,10 @@ MEANINGS: dict[str, tuple[str, str]] = {
 }
 """Each setting a profile may hold: its unit and what it means (for the file and the table)."""
 
+
+FOLLOW_UP_SHARE = 0.05
+"""A call after a cached opening is a short follow-up (it fits cached_token_us) when its new part is at
+most this share of what was cached: a question of 20 to 40 tokens after 1,600 or more."""
 
 PREFIX_BLOCK_TOKENS = 16
 """Block size a twin of a longest-common-prefix cache gets: the practice server finds a shared
@@ -70,18 +80,44 @@ def machine() -> str:
     return f"{platform.system()} {platform.release()}, {cpu}, {os.cpu_count()} cores"
 
 
-def prefill_points(m: Measurements) -> list[fit.Point]:
-    """Every request read alone: the first call, the cold prompts (each length's repeats as one
-    point, their median TTFT: the check compares medians), each opening cold and then again with
-    new text after it."""
-    middle = [
+def cold_points(m: Measurements) -> list[fit.Point]:
+    """The cold prompts, each length's repeats as one point: their median TTFT (the check compares
+    medians). The prefill terms are fitted from these alone: a prompt measured once (the first
+    call, an opening's cold call) can be caught by a busy moment and bend the curve."""
+    return [
         fit.Point(g[0].uncached, g[0].cached_tokens or 0, fit.median([s.ttft_ms for s in g]))
         for g in m.cold
         if g
     ]
+
+
+def prefill_points(m: Measurements) -> list[fit.Point]:
+    """Every request read alone: the cold prompts (as in `cold_points`), the first call, each
+    opening cold and then again with new text after it."""
     alone = [m.first, *(o.cold for o in m.openings)]
     warm = [s for o in m.openings for s in o.warm if s.cached_tokens is not None]
-    return [*middle, *(fit.Point(s.uncached, s.cached_tokens or 0, s.ttft_ms) for s in [*alone, *warm])]
+    return [
+        *cold_points(m),
+        *(fit.Point(s.uncached, s.cached_tokens or 0, s.ttft_ms) for s in [*alone, *warm]),
+    ]
+
+
+def decode_settings(m: Measurements, intervals: dict[int, float]) -> dict[str, float]:
+    """decode_tps, decode_slowdown (streams at once) and decode_context_ns (replies after the
+    openings, against the one stream alone after a short prompt)."""
+    decode_tps, slowdown = fit.fit_slowdown(intervals)
+    alone = fit.median([s.prompt_tokens for s in m.decode[1]])
+    replies = [s for o in m.openings for s in o.warm if s.output_tokens >= FOLLOW_UP_MAX_TOKENS // 2]
+    after = [(s.prompt_tokens, t) for s in replies if (t := s.tpot_ms) is not None]  # not 1-gap replies
+    per_context = fit.fit_decode_context(intervals[1], int(alone), after)
+    base_ms = intervals[1] - per_context * 1e-6 * alone  # the interval with no context at all
+    if base_ms > 0:
+        decode_tps = 1000 / base_ms
+    return {
+        "decode_tps": fit.sig(decode_tps),
+        "decode_slowdown": fit.sig(slowdown),
+        "decode_context_ns": fit.sig(per_context),
+    }
 
 
 def build(
@@ -91,10 +127,10 @@ def build(
     `delivery_ms`: what the practice server itself adds on this machine (probes.delivery_ms),
     taken out of the overhead, since the twin adds it back."""
     points = prefill_points(m)
-    # The settings come from the prompts read cold: the twin's formula cannot hold what the calls
-    # after a cached opening add on some engines (a cost per prompt token, cached or not), and
-    # fitting them too would bend the cold curve. All of them give that cost, as a diagnosis.
-    prefill = fit.fit_prefill([p for p in points if p.context <= 0.1 * (p.uncached + p.context)])
+    # The prefill terms come from the prompts read cold; the calls after a cached opening then give
+    # cached_token_us (fitting them together would bend the cold curve). All of them give a cost
+    # per prompt token cached or not, kept in [measured] as a diagnosis.
+    prefill = fit.fit_prefill(cold_points(m))
     per_prompt_us = fit.fit_prefill(points).per_prompt_token_us
     cold = [s for group in m.cold for s in group]
     tokens = fit.fit_chars_per_token([(s.chars, s.prompt_tokens) for s in [m.first, *cold]])
@@ -114,9 +150,12 @@ def build(
         "prefill_attention_ns": fit.sig(prefill.attention_ns),
         "chars_per_token": fit.sig(tokens),
     }
+    # Only the short follow-ups (a question after the opening): with a long new part, attention is
+    # the larger side of the max and the call says nothing about the floor.
+    short = [p for p in points if 0 < p.uncached <= FOLLOW_UP_SHARE * p.context]
+    settings["cached_token_us"] = fit.sig(fit.fit_reuse(prefill, short))
     if 1 in intervals:  # replies of 2 tokens or more came back: decode can be timed
-        decode_tps, slowdown = fit.fit_slowdown(intervals)
-        settings |= {"decode_tps": fit.sig(decode_tps), "decode_slowdown": fit.sig(slowdown)}
+        settings |= decode_settings(m, intervals)
     facts = m.facts
     if cache.kind == "seat-prefix" and facts.seats:
         settings["cache_mode"] = "seat-prefix"
@@ -144,7 +183,8 @@ def build(
         "machine": machine(),
         "method": (
             f"felab calibrate: {requests} streamed requests in {seconds:.0f} s; TTFT least squares "
-            f"(weighted by 1/(TTFT + 10 ms)) over {len(prefill.residuals_pct)} prompts read cold, alone"
+            f"(weighted by 1/(TTFT + 10 ms)) over {len(prefill.residuals_pct)} cold prompt lengths, "
+            f"the median of each length's repeats"
         ),
     }
     return Profile(
@@ -154,7 +194,7 @@ def build(
             "prefill_points": len(residuals),
             "ttft_residual_median_pct": fit.sig(fit.median(residuals), 2),
             "ttft_residual_max_pct": fit.sig(max(residuals), 2),
-            "formula": "TTFT = overhead + u/prefill_tps + attention·u·(c + u/2)",
+            "formula": "TTFT = overhead + u/prefill_tps + max(attention·u·(c + u/2), cached_token_us·c)",
             "overhead_fitted_ms": fit.sig(prefill.overhead_ms),
             "delivery_subtracted_ms": fit.sig(delivery_ms),
         },

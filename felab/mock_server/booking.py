@@ -160,7 +160,7 @@ class PracticeModel:
         turn = replica.lane.book(admission, self.timing.prefill_s(uncached, cached), now)
         if self.settings.cache_mode == "blocks":
             replica.cache.insert(prompt.keys, used_at=turn.end)
-        interval = self.timing.token_interval_s(self.streams(replica, turn.end))
+        interval = self.timing.token_interval_s(self.streams(replica, turn.end), prompt.tokens)
         rid = f"{next(self.ids)}"
         b = Booking(rid, replica, prompt.tokens, cached, reply_tokens, arrival, turn, interval, prompt.keys)
         b.seat, b.ready = seat, ready

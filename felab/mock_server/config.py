@@ -92,6 +92,17 @@ class Settings:
         "1/decode-tps x (1 + slowdown x (streams - 1)) (0: streams do not slow each other)",
         low=0, column="decode slowdown",
     )  # fmt: skip
+    cached_token_us: float = setting(
+        0.0, "least cost of each prompt token found in the cache, paid in the prefill of the request "
+        "that reuses it, µs: prefill after c cached tokens takes at least c x this beyond its rate, or "
+        "the attention term if larger (a few new tokens after a long cached opening; 0: none)",
+        low=0, column="cached µs",
+    )  # fmt: skip
+    decode_context_ns: float = setting(
+        0.0, "what each prompt token adds to the time of every reply token, ns: decode attends to "
+        "the whole context (0: decode does not slow with the prompt)",
+        low=0, column="decode ctx ns",
+    )  # fmt: skip
     chars_per_token: float = setting(
         4.0, "how the modelled engine counts text: characters per token (about 4 in English)",
         scope=SERVER, low=0, low_open=True,
@@ -192,6 +203,8 @@ class Settings:
             self.decode_tps,
             attention_ns=self.prefill_attention_ns,
             decode_slowdown=self.decode_slowdown,
+            cached_token_us=self.cached_token_us,
+            decode_context_ns=self.decode_context_ns,
         )
 
 

@@ -2,8 +2,10 @@
 
     time to first token = overhead + wait (for a seat, then the prefill lane) + prefill
     prefill             = uncached / prefill rate
-                          + attention_ns·1e-9 · uncached · (context before + uncached / 2)
-    each further token  = 1 / decode rate · (1 + decode_slowdown · (streams - 1)) after the one before
+                          + max(attention_ns·1e-9 · uncached · (context before + uncached / 2),
+                                cached_token_us·1e-6 · cached)
+    each further token  = 1 / decode rate · (1 + decode_slowdown · (streams - 1))
+                          + decode_context_ns·1e-9 · prompt tokens        after the one before
 
 Defaults (the lesson's, in config.py): 15 ms overhead, prefill at 2,500 tokens/s,
 decode at 400 tokens/s, no attention term, no slowdown, no seat limit. A cold
@@ -12,6 +14,21 @@ last ~50 tokens cached: 15 + 50/2.5 ≈ 35 ms. The attention term makes prefill 
 faster than linearly with the prompt, and a prompt read after a long cached context
 cost more per token; `streams` is the number of requests decoding on the replica when
 a request's first token comes (itself included), fixed when it is booked.
+
+Two terms follow the context a request brings, both 0 by default (today's model).
+`cached_token_us` is a floor on what reading new tokens after cached ones costs: at
+least this much per cached token, paid in the prefill of the request that reuses them
+(a cached prefix is not free). Measured on llama.cpp (CPU, the kit's tiny model): 24
+new tokens after 5,170 cached took 70 ms, 414 after 5,190 took 88 ms, a short prompt
+alone 6 ms. A few new tokens are read almost one by one, each a pass over the whole
+cached context as a decode step is, so their cost follows the context, not the pairs
+the attention term counts; a long new part is read in large batches, where the
+attention term is the larger, hence the max. Where an engine copies a cached prompt
+back in (llama.cpp's `--cache-ram`, when a prompt returns to another seat; vLLM's
+offloaded blocks), that copy is a cost per cached token too. `decode_context_ns`
+makes each reply token cost more after a long prompt: every decode step attends to
+the whole context (the prompt's tokens; the reply's own few are left out: an
+approximation, fixed at booking like `streams`).
 
 How concurrent requests share the server. Like one GPU, each replica has one
 prefill lane: prompts are prefilled one after another, in arrival order, each
@@ -47,6 +64,9 @@ class TimingModel:
     `attention_ns`, attention's cost per new token per token it attends to (a prompt read
     after a long context costs more per token than the same prompt read cold), and
     `decode_slowdown`, how much each further stream decoding on the replica slows a stream.
+    Two more, also 0 by default, follow the context (see the module's docstring):
+    `cached_token_us`, the cost of each cached prompt token to the request reusing it, and
+    `decode_context_ns`, what each token of context adds to the time of each reply token.
     """
 
     overhead_ms: float
@@ -54,26 +74,41 @@ class TimingModel:
     decode_tokens_per_s: float
     attention_ns: float = 0.0
     decode_slowdown: float = 0.0
+    cached_token_us: float = 0.0
+    decode_context_ns: float = 0.0
 
     def prefill_s(self, uncached_tokens: int, context_before: int = 0) -> float:
         """Seconds to prefill the tokens the cache did not have, after `context_before` tokens
         already in context (the cached part): the linear term, plus attention, where each new
-        token attends to the context and to the new tokens before it (on average half of them)."""
+        token attends to the context and to the new tokens before it (on average half of them),
+        and at least `cached_token_us` for each cached token (the max: see the docstring above)."""
         attention = self.attention_ns * 1e-9 * uncached_tokens * (context_before + uncached_tokens / 2)
-        return uncached_tokens / self.prefill_tokens_per_s + attention
+        return uncached_tokens / self.prefill_tokens_per_s + max(attention, self.reuse_s(context_before))
+
+    def reuse_s(self, cached_tokens: int) -> float:
+        """The least a prefill after `cached_tokens` cached ones spends on them (0 by default)."""
+        return self.cached_token_us * 1e-6 * cached_tokens
 
     def prefilled_tokens(self, seconds: float, context_before: int = 0) -> int:
-        """How many tokens `seconds` of prefill computes after `context_before` (prefill_s inverted)."""
+        """How many tokens `seconds` of prefill computes after `context_before` (prefill_s inverted:
+        both of the max's sides must fit in `seconds`, so the fewer tokens of the two)."""
         k, b = self.attention_ns * 1e-9, 1 / self.prefill_tokens_per_s
         if k == 0:
-            return int(round(seconds * self.prefill_tokens_per_s))
-        b += k * context_before  # solve k/2 u² + b u = seconds for u
-        return int((math.sqrt(b * b + 2 * k * seconds) - b) / k + 1e-9)
+            done = int(round(seconds * self.prefill_tokens_per_s))
+        else:
+            b += k * context_before  # solve k/2 u² + b u = seconds for u
+            done = int((math.sqrt(b * b + 2 * k * seconds) - b) / k + 1e-9)
+        if self.cached_token_us:
+            rest = max(0.0, seconds - self.reuse_s(context_before))  # the floor's side
+            done = min(done, int(rest * self.prefill_tokens_per_s))
+        return done
 
-    def token_interval_s(self, streams: int = 1) -> float:
+    def token_interval_s(self, streams: int = 1, context: int = 0) -> float:
         """Seconds between two generated tokens of one stream, with `streams` decoding on its
-        replica (fixed when a request is booked: an approximation, as the number changes)."""
-        return (1 + self.decode_slowdown * max(streams - 1, 0)) / self.decode_tokens_per_s
+        replica and `context` tokens before the reply (both fixed when a request is booked: an
+        approximation, as the number of streams changes and the reply grows the context)."""
+        base = (1 + self.decode_slowdown * max(streams - 1, 0)) / self.decode_tokens_per_s
+        return base + self.decode_context_ns * 1e-9 * context
 
 
 @dataclass(eq=False)  # each turn is itself: the lane finds and removes it by identity
