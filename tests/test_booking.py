@@ -41,7 +41,7 @@ def test_a_prompt_finds_the_blocks_of_one_booked_just_before_it_and_waits_its_tu
     first = model.book(prompt(list(range(40))), 1, arrival=0.0, now=0.0)
     second = model.book(prompt(list(range(40)) + [99]), 1, arrival=0.0, now=0.0)
     assert second.cached_tokens == 40 * 64  # booked behind it in the FIFO lane: read by then
-    assert second.turn.start == pytest.approx(first.first_token_at)
+    assert second.prefill.start == pytest.approx(first.first_token_at)
     assert second.queue_s == pytest.approx(first.first_token_at - 0.015)
     assert second.first_token_at == pytest.approx(first.first_token_at + 64 / 2500)
 
@@ -75,15 +75,15 @@ def test_a_cancelled_request_gives_its_lane_time_to_the_ones_behind_it() -> None
     big = [model.book(prompt([1000 * i + k for k in range(40)]), 1, 0.0, 0.0) for i in range(3)]
     tiny = model.book(prompt([], extra_tokens=10), 1, 0.0, 0.0)
     each = 40 * 64 / 2500  # 1.024 s a prompt
-    assert tiny.turn.start == pytest.approx(0.015 + 3 * each)
+    assert tiny.prefill.start == pytest.approx(0.015 + 3 * each)
     # At 0.3 s the clients of the second and third prompts hang up: neither started its prefill.
     assert model.cancel(big[1], now=0.3)  # the third and the tiny one move up
-    assert big[2].turn.start == pytest.approx(0.015 + each)
+    assert big[2].prefill.start == pytest.approx(0.015 + each)
     assert model.cancel(big[2], now=0.3)  # the tiny one moves up again
-    assert tiny.turn.start == pytest.approx(0.015 + each)  # only the first, which was prefilling, is kept
+    assert tiny.prefill.start == pytest.approx(0.015 + each)  # only the first, which was prefilling, is kept
     # The first hangs up half way: it keeps what it used, the tiny prompt starts at once.
     assert model.cancel(big[0], now=0.5)
-    assert tiny.turn.start == pytest.approx(0.5)
+    assert tiny.prefill.start == pytest.approx(0.5)
     assert not model.live.keys() - {tiny.rid}
 
 
@@ -114,7 +114,7 @@ def test_the_prefix_router_quotes_from_arrival_as_the_lane_books() -> None:
     busy = model.fleet.replicas[0]
     busy.lane.book(0.0, 0.0302, now=0.0)
     b = model.book(prompt([], extra_tokens=100), 1, arrival=0.0, now=0.020)
-    assert b.replica.index == 1 and b.turn.start == pytest.approx(0.015)
+    assert b.replica.index == 1 and b.prefill.start == pytest.approx(0.015)
 
 
 def test_a_cancelled_prefill_stops_its_blocks_clock_where_it_stopped() -> None:
@@ -145,14 +145,14 @@ def test_a_chain_of_hung_up_prompts_gives_back_all_the_time_no_live_prompt_needs
     # With 4 seats, 56 of them were waiting for a seat too: the seats come back with the lane.
     model = PracticeModel(Settings(seats=seats))
     chain = [model.book(prompt(list(range(4 * (k + 1)))), 50, arrival=0.0, now=0.0) for k in range(60)]
-    assert chain[-1].turn.end >= 0.015 + 60 * 4 * 64 / 2500  # 6.16 s of lane booked (more with seats)
+    assert chain[-1].prefill.end >= 0.015 + 60 * 4 * 64 / 2500  # 6.16 s of lane booked (more with seats)
     for b in chain if order == "booked" else reversed(chain):
         model.cancel(b, now=0.1)
     # Only the 85 ms the first one really prefilled (0.015 to 0.1 s) was spent: a tiny prompt now
     # waits as on an idle server, its overhead and its own 10 tokens.
     tiny = model.book(prompt([], extra_tokens=10), 1, arrival=0.1, now=0.1)
     assert tiny.ttft_s == pytest.approx(0.015 + 10 / 2500)
-    assert model.in_flight() == [(0, tiny.turn)]  # the gauges: one request, the tiny one
+    assert model.in_flight() == [(0, tiny.prefill)]  # the gauges: one request, the tiny one
 
 
 def test_a_live_prompt_keeps_what_it_relies_on_and_only_that() -> None:
@@ -164,10 +164,10 @@ def test_a_live_prompt_keeps_what_it_relies_on_and_only_that() -> None:
     each = 4 * 64 / 2500  # 0.1024 s
     model.cancel(a, now=0.02)
     model.cancel(b, now=0.02)
-    assert c.turn.start == pytest.approx(0.015 + 2 * each)  # a's and b's blocks are computed for c
+    assert c.prefill.start == pytest.approx(0.015 + 2 * each)  # a's and b's blocks are computed for c
     model.cancel(c, now=0.02)
     tiny = model.book(prompt([], extra_tokens=10), 1, arrival=0.02, now=0.02)
-    assert tiny.turn.start == pytest.approx(0.035)  # a had prefilled 5 ms: spent; the rest given back
+    assert tiny.prefill.start == pytest.approx(0.035)  # a had prefilled 5 ms: spent; the rest given back
 
 
 # ── The twin's terms (issue 18): seats, attention, decode slowdown ──────────────
@@ -181,7 +181,7 @@ def test_past_its_seats_a_request_waits_for_one_and_the_wait_is_in_its_ttft() ->
     model = PracticeModel(Settings(seats=2))
     a, b, c = (model.book(prompt([k]), 400, arrival=0.0, now=0.0) for k in (1, 2, 3))
     assert a.reply_end == pytest.approx(0.0406 + 0.9975) and b.first_token_at == pytest.approx(0.0662)
-    assert c.turn.ready_at == pytest.approx(1.0381)
+    assert c.prefill.ready_at == pytest.approx(1.0381)
     assert c.ttft_s == pytest.approx(1.0381 + 0.0256)
     running, waiting = gauges_at(model, 0.5)
     assert (running, waiting) == (2, 1)  # vllm:num_requests_waiting counts C
@@ -191,9 +191,9 @@ def test_a_hang_up_frees_its_seat_and_the_waiting_request_moves_up() -> None:
     model = PracticeModel(Settings(seats=2))
     a, _, c = (model.book(prompt([k]), 400, arrival=0.0, now=0.0) for k in (1, 2, 3))
     assert model.cancel(a, now=0.5)  # A's client leaves mid-reply: C takes its seat at 0.5 s
-    assert c.turn.ready_at == pytest.approx(0.5) and c.first_token_at == pytest.approx(0.5256)
+    assert c.prefill.ready_at == pytest.approx(0.5) and c.first_token_at == pytest.approx(0.5256)
     d = model.book(prompt([4]), 1, arrival=0.6, now=0.6)  # both seats held until ~1.06 and ~1.52 s
-    assert d.turn.ready_at == pytest.approx(0.0662 + 0.9975)
+    assert d.prefill.ready_at == pytest.approx(0.0662 + 0.9975)
 
 
 def gauges_at(model: PracticeModel, now: float) -> tuple[int, int]:

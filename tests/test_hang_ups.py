@@ -117,7 +117,7 @@ def test_the_gauges_follow_the_cancels() -> None:
     model.cancel(c, now=0.1)  # waiting: leaves at once
     assert gauges(model, 0.1) == (1, 1)
     model.cancel(a, now=0.2)  # prefilling: b starts now
-    assert b.turn.start == pytest.approx(0.2) and gauges(model, 0.2) == (1, 0)
+    assert b.prefill.start == pytest.approx(0.2) and gauges(model, 0.2) == (1, 0)
 
 
 def test_a_later_prompt_that_found_the_cancelled_ones_blocks_still_waits_for_them() -> None:
@@ -139,8 +139,8 @@ def test_only_the_blocks_later_prompts_found_are_kept_and_the_rest_leave_the_cac
     b = model.book(prompt([*opening(1)[:10], 99]), 1, 0.0, 0.0)  # found a's first 10 blocks
     assert b.cached_tokens == 10 * 64
     assert model.cancel(a, now=0.3)  # a keeps 10 blocks of work for b; 30 go back
-    assert a.turn.end == pytest.approx(first.first_token_at + 10 * BLOCK_S)
-    assert b.turn.start == pytest.approx(a.turn.end)
+    assert a.prefill.end == pytest.approx(first.first_token_at + 10 * BLOCK_S)
+    assert b.prefill.start == pytest.approx(a.prefill.end)
     # The 30 blocks nobody computed are gone: a new prompt with a's opening pays for them.
     again = model.book(prompt(opening(1)), 1, 5.0, 5.0)
     assert again.cached_tokens == 10 * 64
@@ -158,8 +158,8 @@ def test_a_cancel_on_one_replica_moves_only_that_replicas_queue() -> None:
     books = [model.book(prompt(opening(i)), 1, 0.0, 0.0) for i in range(4)]  # 0, 2 on r0; 1, 3 on r1
     assert [b.replica.index for b in books] == [0, 1, 0, 1]
     model.cancel(books[0], now=0.1)
-    assert books[2].turn.start == pytest.approx(0.1)
-    assert books[3].turn.start == pytest.approx(books[1].first_token_at)  # untouched
+    assert books[2].prefill.start == pytest.approx(0.1)
+    assert books[3].prefill.start == pytest.approx(books[1].first_token_at)  # untouched
 
 
 # ── End to end: a real server, real clients that hang up ─────────────────────

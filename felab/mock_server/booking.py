@@ -53,13 +53,13 @@ class Booking:
     cached_tokens: int
     reply_tokens: int
     arrival: float
-    turn: Prefill
+    prefill: Prefill
     interval_s: float
     """Seconds between two reply tokens."""
     keys: Sequence[int] = ()
     """The prompt's block keys; the first `found_blocks` were in the cache when it was booked."""
     seat: Seat | None = None
-    """The seat it holds from admission (`turn.ready_at`) to its reply's end; None: no limit."""
+    """The seat it holds from admission (`prefill.ready_at`) to its reply's end; None: no limit."""
     ready: float = 0.0
     """When its prefill could have started on an idle server: arrival plus the overhead."""
 
@@ -70,17 +70,17 @@ class Booking:
 
     @property
     def first_token_at(self) -> float:
-        return self.turn.end
+        return self.prefill.end
 
     @property
     def ttft_s(self) -> float:
         """The time to first token the model predicts (it moves up if a request ahead is cancelled)."""
-        return self.turn.end - self.arrival
+        return self.prefill.end - self.arrival
 
     @property
     def queue_s(self) -> float:
         """Time spent waiting, after the overhead: for a seat (if limited), then for the prefill lane."""
-        return self.turn.start - self.ready
+        return self.prefill.start - self.ready
 
     def tokens_due(self, now: float) -> int:
         """How many reply tokens were due by `now` (what a client that left then had received)."""
@@ -90,7 +90,7 @@ class Booking:
 
     def token_at(self, i: int) -> float:
         """When reply token i (0-based) is due."""
-        return self.turn.end + i * self.interval_s
+        return self.prefill.end + i * self.interval_s
 
     @property
     def reply_end(self) -> float:
@@ -157,12 +157,13 @@ class PracticeModel:
         else:  # seat-prefix: what its seat's last prompt shares with it; llama.cpp reads one token
             uncached = max(prompt.tokens - reused * replica.cache.block_tokens, min(prompt.tokens, 1))
         cached = prompt.tokens - uncached
-        turn = replica.lane.book(admission, self.timing.prefill_s(uncached, cached), now)
+        prefill = replica.lane.book(admission, self.timing.prefill_s(uncached, cached), now)
         if self.settings.cache_mode == "blocks":
-            replica.cache.insert(prompt.keys, used_at=turn.end)
-        interval = self.timing.token_interval_s(self.streams(replica, turn.end), prompt.tokens)
+            replica.cache.insert(prompt.keys, used_at=prefill.end)
+        interval = self.timing.token_interval_s(self.streams(replica, prefill.end), prompt.tokens)
         rid = f"{next(self.ids)}"
-        b = Booking(rid, replica, prompt.tokens, cached, reply_tokens, arrival, turn, interval, prompt.keys)
+        tokens = prompt.tokens
+        b = Booking(rid, replica, tokens, cached, reply_tokens, arrival, prefill, interval, prompt.keys)
         b.seat, b.ready = seat, ready
         if replica.seats is not None and seat is not None:
             replica.seats.hold(seat, admission, b.reply_end, prompt.keys)
@@ -188,8 +189,8 @@ class PracticeModel:
             booking.replica.active_tokens -= booking.prompt_tokens + booking.reply_tokens
 
     def in_flight(self) -> list[tuple[int, Prefill]]:
-        """(replica, turn in its prefill lane) of every request being served now (for the gauges)."""
-        return [(b.replica.index, b.turn) for b in self.live.values()]
+        """(replica, its prefill in the lane) of every request being served now (for the gauges)."""
+        return [(b.replica.index, b.prefill) for b in self.live.values()]
 
     def cancel(self, booking: Booking, now: float) -> bool:
         """Its client hung up at `now`: give the lane back the time no live request needs, as an
@@ -205,7 +206,7 @@ class PracticeModel:
         """
         self.finish(booking, now)
         replica, gave_back = booking.replica, False
-        if booking.turn.end > now:  # still prefilling or waiting: give its lane time back
+        if booking.prefill.end > now:  # still prefilling or waiting: give its lane time back
             self.hung_up[booking.rid] = booking
             earlier = (g for g in self.hung_up.values() if g.replica is replica and g is not booking)
             relied_on = [g for g in earlier if _shared(booking, g) > g.found_blocks] + [booking]
@@ -217,61 +218,61 @@ class PracticeModel:
 
     def forget_hung_up(self, now: float) -> None:
         """Drop the hung-up prompts with nothing left to give back: their kept prefill is over."""
-        for rid in [rid for rid, g in self.hung_up.items() if g.turn.end <= now or not g.turn.seconds]:
+        for rid in [rid for rid, g in self.hung_up.items() if g.prefill.end <= now or not g.prefill.seconds]:
             del self.hung_up[rid]
 
     def _reseat(self, replica: Replica, now: float) -> list[Prefill]:
         """Admit again, first come first served, the requests still waiting for a seat on `replica`
-        (a hang-up freed one); their prefills and those behind move up. The turns moved."""
+        (a hang-up freed one); their prefills and those behind move up. The prefills that moved."""
         assert replica.seats is not None
         mine = [b for b in self.live.values() if b.replica is replica]
-        waiting = {id(b.turn): b for b in mine if b.turn.ready_at > now}
+        waiting = {id(b.prefill): b for b in mine if b.prefill.ready_at > now}
         held: dict[int, float] = {}  # seat -> when the last admitted request on it is done
         for b in mine:
-            if b.seat is not None and id(b.turn) not in waiting:
+            if b.seat is not None and id(b.prefill) not in waiting:
                 held[id(b.seat)] = max(held.get(id(b.seat), now), b.reply_end)
         for seat in replica.seats.seats:  # free now, unless a request admitted already holds it
             seat.free_at = held.get(id(seat), min(seat.free_at, now))
         replica.seats.last_admission = min(replica.seats.last_admission, now)
         seated: dict[int, Seat] = {}
 
-        def admit(turn: Prefill) -> None:  # before the lane places its turn: its (earlier) seat
-            if (b := waiting.get(id(turn))) is not None and replica.seats is not None:
+        def admit(prefill: Prefill) -> None:  # before the lane places its turn: its (earlier) seat
+            if (b := waiting.get(id(prefill))) is not None and replica.seats is not None:
                 seat, at, _ = replica.seats.admit(b.ready, b.keys)
-                b.seat = seated[id(turn)] = seat  # the cache match it was booked with stays
-                turn.ready_at = at
+                b.seat = seated[id(prefill)] = seat  # the cache match it was booked with stays
+                prefill.ready_at = at
 
-        def hold(turn: Prefill) -> None:  # after: it holds that seat until its reply's new end
-            if (b := waiting.get(id(turn))) is not None and replica.seats is not None:
-                replica.seats.hold(seated[id(turn)], turn.ready_at, b.reply_end, b.keys)
+        def hold(prefill: Prefill) -> None:  # after: it holds that seat until its reply's new end
+            if (b := waiting.get(id(prefill))) is not None and replica.seats is not None:
+                replica.seats.hold(seated[id(prefill)], prefill.ready_at, b.reply_end, b.keys)
 
         return replica.lane.reflow(now, admit, hold)
 
     def _release(self, ghost: Booking, now: float) -> bool:
         """Cut a hung-up prompt's lane time to what it used by `now` and what live prompts booked
         after it still need of its work; forget the blocks it will never compute. Moves no other
-        turn (the caller reflows the lane once). True if it gave time back."""
-        replica, turn = ghost.replica, ghost.turn
+        prefill (the caller reflows the lane once). True if it gave time back."""
+        replica, prefill = ghost.replica, ghost.prefill
         block = replica.cache.block_tokens
         before = ghost.found_blocks * block  # tokens already in context when its prefill began
-        holds = ghost.found_blocks + self.timing.prefilled_tokens(turn.seconds, before) // block
+        holds = ghost.found_blocks + self.timing.prefilled_tokens(prefill.seconds, before) // block
         needed = 0
         for b in self.live.values():  # the live prompts booked after it on its replica
             if b.replica is replica and int(b.rid) > int(ghost.rid):
                 needed = max(needed, _shared(b, ghost))
                 if needed >= holds:
                     return False  # a live prompt needs all it holds: nothing to give back
-        booked_end = turn.end  # when its blocks were last said to be used
+        booked_end = prefill.end  # when its blocks were last said to be used
         keep_s = self.timing.prefill_s(max(0, needed - ghost.found_blocks) * block, before)
-        if not replica.lane.shorten(turn, now, keep_s):
+        if not replica.lane.shorten(prefill, now, keep_s):
             return False
-        kept = ghost.found_blocks + self.timing.prefilled_tokens(turn.seconds, before) // block
+        kept = ghost.found_blocks + self.timing.prefilled_tokens(prefill.seconds, before) // block
         replica.cache.forget(ghost.keys[kept:])
         if ghost.seat is not None and ghost.seat.keys is ghost.keys:  # seat-prefix: what it read
             ghost.seat.keys = ghost.keys[:kept]
         # Its kept blocks were last used when its (shortened) prefill stops, not at the old end:
         # the time to live counts from then (unless a later prompt has used them since).
-        replica.cache.restamp(ghost.keys[:kept], booked_end, max(now, turn.end))
+        replica.cache.restamp(ghost.keys[:kept], booked_end, max(now, prefill.end))
         return True
 
     def reset_caches(self) -> int:

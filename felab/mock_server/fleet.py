@@ -152,7 +152,7 @@ class Fleet:
         self.route, self.timing, self.weights = route, timing, weights
         self.replicas = [Replica(i, PrefixCache(*cache)) for i in range(replicas)]
         self.rng = random.Random(f"route/{seed}")
-        self.turn = itertools.count()
+        self.next_replica = itertools.count()
 
     def pick(
         self,
@@ -168,7 +168,7 @@ class Fleet:
         if n == 1:
             return self.replicas[0]
         if self.route == "round-robin":
-            return self.replicas[next(self.turn) % n]
+            return self.replicas[next(self.next_replica) % n]
         if self.route == "affinity" and session:
             return self.replicas[rendezvous(session, n)]
         if self.route == "prefix":

@@ -74,7 +74,7 @@ class Snapshot:
     now: float
     """The server's loop time, for the running and waiting gauges."""
     in_flight: Sequence[tuple[int, Prefill]] = ()
-    """(replica, turn in its prefill lane) of each request being served (PracticeModel.in_flight)."""
+    """(replica, its prefill in the lane) of each request being served (PracticeModel.in_flight)."""
 
 
 class FleetCollector(Collector):
@@ -121,9 +121,9 @@ class FleetCollector(Collector):
             "vllm:num_requests_waiting", "Requests waiting for a seat or the prefill lane.", labels=LABELS
         )
         for r in snap.replicas:
-            turns = [turn for index, turn in snap.in_flight if index == r.index]
-            running.add_metric([self.model, str(r.index)], sum(turn.start <= snap.now for turn in turns))
-            waiting.add_metric([self.model, str(r.index)], sum(turn.start > snap.now for turn in turns))
+            prefills = [p for index, p in snap.in_flight if index == r.index]
+            running.add_metric([self.model, str(r.index)], sum(p.start <= snap.now for p in prefills))
+            waiting.add_metric([self.model, str(r.index)], sum(p.start > snap.now for p in prefills))
         yield from (running, waiting)
 
     def ttft(self, replicas: Sequence[HasStats]) -> Metric:
