@@ -1,23 +1,46 @@
 """`python -m felab ...` (and the `felab` command) runs the felab command line."""
 
+import os
 import sys
 
 
+def interrupted() -> None:
+    """Ctrl+C wherever it lands: fw-check's exit 1 would mean "billing", so there it is 2.
+
+    It ends with os._exit(2), not sys.exit(2): when the interrupt came through code that CPython
+    ran by PyRun_* during an import, the interpreter marks it unhandled and, at exit, ends itself
+    by SIGINT (status -2) even though it was caught here (seen 4 times in 30 interrupts while the
+    SDKs load). fw-check's status is a promise, so nothing after this message may change it;
+    it has nothing left to write or clean up."""
+    if "fw-check" in sys.argv[1:]:  # an interrupted check knows nothing
+        print(
+            "error: interrupted: could not check what is billing on Fireworks. This is not an all-clear.",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(2)
+    print("\ninterrupted.", file=sys.stderr)
+    sys.exit(130)
+
+
 def main() -> None:
-    """The command line, with Ctrl+C handled even while it starts (the SDKs take a moment to load)."""
+    """The command line, with Ctrl+C handled here, even while it starts (the SDKs take a moment to
+    load): click's own handling (standalone mode) would print "Aborted!" and exit 1."""
     try:
+        import click
+
         from felab.cli import cli
 
-        cli()
+        try:
+            code = cli.main(standalone_mode=False)
+        except click.Abort:  # Ctrl+C as click reports it
+            raise KeyboardInterrupt from None
+        except click.ClickException as exc:  # a usage error: click's message and status (2)
+            exc.show()
+            code = exc.exit_code
     except KeyboardInterrupt:
-        if "fw-check" in sys.argv[1:]:  # exit 1 would mean "billing": an interrupted check knows nothing
-            print(
-                "error: interrupted: could not check what is billing on Fireworks. This is not an all-clear.",
-                file=sys.stderr,
-            )
-            sys.exit(2)
-        print("\ninterrupted.", file=sys.stderr)
-        sys.exit(130)
+        interrupted()
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":
