@@ -43,7 +43,7 @@ class Prompt:
     session: str | None = None
 
 
-@dataclass
+@dataclass(slots=True)  # a replay can hold a million in flight: no __dict__ each
 class Booking:
     """One request's place in the model: its replica, what was cached, and when its tokens come."""
 

@@ -111,7 +111,7 @@ class TimingModel:
         return base + self.decode_context_ns * 1e-9 * context
 
 
-@dataclass(eq=False)  # each turn is itself: the lane finds and removes it by identity
+@dataclass(eq=False, slots=True)  # each prefill is itself: the lane finds and removes it by identity
 class Prefill:
     """One prompt's turn in a lane: it may start at `ready_at` and takes `seconds` once started."""
 
