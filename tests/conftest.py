@@ -94,3 +94,22 @@ def run_felab(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[s
         timeout=timeout,
         env=dict(os.environ),
     )
+
+
+def run_felab_peak(*args: str, timeout: float = 120) -> tuple[subprocess.CompletedProcess[str], float]:
+    """`run_felab`, and the run's peak memory in MB (its own ru_maxrss, printed on stderr as it ends)."""
+    code = (
+        f"import resource, runpy, sys; sys.argv = ['felab', *{list(args)!r}]\n"
+        "try:\n    runpy.run_module('felab', run_name='__main__')\n"
+        "finally:\n"
+        "    print('peak_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=KIT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ),
+    )
+    return out, int(out.stderr.rsplit("peak_kb ", 1)[1].split()[0]) / 1024

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 from click.testing import CliRunner, Result
-from conftest import KIT, run_felab
+from conftest import KIT, run_felab, run_felab_peak
 from fake_fireworks import ECHO_FORMS, KEY, FakeFireworks, deployment, fireworks_env, job, leaked, serve
 
 from felab.cli import cli
@@ -467,22 +467,8 @@ def test_a_200_mb_reply_is_refused_in_bounded_memory(fake: FakeFireworks) -> Non
     # far below the reply: without the cap a 200 MB page took 483 MB. Margin: 200 MB, where the
     # kit's own imports take about 60 MB.
     fake.huge_bytes, fake.huge_declared = 200 * 1024 * 1024, False
-    code = (
-        "import resource, runpy, sys; sys.argv = ['felab', 'fw-check']\n"
-        "try:\n    runpy.run_module('felab', run_name='__main__')\n"
-        "finally:\n"
-        "    print('peak_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=KIT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=dict(os.environ),
-    )
+    out, peak_mb = run_felab_peak("fw-check", timeout=60)
     assert out.returncode == 2 and "was larger than 8 MB" in out.stderr
-    peak_mb = int(out.stderr.rsplit("peak_kb ", 1)[1].split()[0]) / 1024
     assert peak_mb < 200, peak_mb
 
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import KIT, run_felab
+from conftest import KIT, run_felab, run_felab_peak
 
 from felab import record
 
@@ -210,25 +210,6 @@ def test_your_numbers_lines_use_the_pages_mapping(isolated: Path) -> None:
     assert "4. Fireworks: cached tokens / prompt tokens: 3024 / 3039" in out.stdout
 
 
-def peak_of_numbers() -> tuple[subprocess.CompletedProcess[str], float]:
-    """`python -m felab numbers --json` and its peak memory (MB, ru_maxrss)."""
-    code = (
-        "import resource, runpy, sys; sys.argv = ['felab', 'numbers', '--json']\n"
-        "try:\n    runpy.run_module('felab', run_name='__main__')\n"
-        "finally:\n"
-        "    print('peak_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=KIT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=dict(os.environ),
-    )
-    return out, int(out.stderr.rsplit("peak_kb ", 1)[1].split()[0]) / 1024
-
-
 def test_numbers_reads_a_large_results_file_in_bounded_memory(isolated: Path) -> None:
     # 1,500 rows of 80 KB each (120 MB; per-call lists are what make real rows large). Read
     # whole, the file, its lines and their rows were all in memory at once (860 MB). Read a
@@ -244,10 +225,10 @@ def test_numbers_reads_a_large_results_file_in_bounded_memory(isolated: Path) ->
             f.write(json.dumps({**row, "order": order, "first_ms": 700.0 + i, "calls": calls}) + "\n")
             if i == 0:
                 f.flush()
-                _, alone_mb = peak_of_numbers()
+                _, alone_mb = run_felab_peak("numbers", "--json")
     size_mb = path.stat().st_size / 2**20
     assert size_mb > 110
-    out, peak_mb = peak_of_numbers()
+    out, peak_mb = run_felab_peak("numbers", "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["06-prefix"][0]["first_ms"] == 2198.0  # the last stable-first row
     assert peak_mb - alone_mb < 40, (peak_mb, alone_mb, size_mb)

@@ -228,32 +228,37 @@ def noun(of: type) -> str:
     return {int: "a whole number", float: "a number", tuple: "a comma-separated list"}.get(of, "a word")
 
 
-def shown(value: Any) -> str:
-    """A value as a learner would have typed it, for messages (`0`, not `0.0`)."""
+def spell(f: dataclasses.Field, value: Any) -> str:
+    """The value as a learner would type it: a word where one stands for it, `2500` not `2500.0`
+    (the flags' defaults are written so, and messages name a value so)."""
+    for word, meant in f.metadata["words"].items():
+        if value == meant and type(value) is type(meant):
+            return word
     if isinstance(value, tuple):
         return ",".join(map(str, value))
-    return f"{value:g}" if isinstance(value, float) else repr(value) if isinstance(value, str) else str(value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def problem(f: dataclasses.Field, value: Any) -> str | None:
     """What is wrong with `value` for this field, in a sentence naming its flag; None if nothing."""
     m, name = f.metadata, flag(f)
+    shown = repr(value) if isinstance(value, str) else spell(f, value)
     if any(value is meant or value == meant for meant in m["words"].values()):
         return None
     of = kind(f.name)
     numeric = of in (int, float)
     if numeric and (isinstance(value, bool) or not isinstance(value, int if of is int else (int, float))):
-        return f"{name} must be {noun(of)}, not {shown(value)}"
+        return f"{name} must be {noun(of)}, not {shown}"
     if numeric and not math.isfinite(value):
-        return f"{name} must be a finite number, not {shown(value)}"
+        return f"{name} must be a finite number, not {shown}"
     if m["low"] is not None and (value <= m["low"] if m["low_open"] else value < m["low"]):
-        return f"{name} must be {'above' if m['low_open'] else 'at least'} {m['low']:g}, not {shown(value)}"
+        return f"{name} must be {'above' if m['low_open'] else 'at least'} {m['low']:g}, not {shown}"
     if m["high"] is not None and value > m["high"]:
-        return f"{name} must be at most {m['high']:g}, not {shown(value)}"
+        return f"{name} must be at most {m['high']:g}, not {shown}"
     chosen = value if of is tuple else (value,)
     if m["choices"] and (not chosen or set(chosen) - set(m["choices"])):
         among = ", ".join(m["choices"])
-        return f"{name} must be {'some' if of is tuple else 'one'} of {among}, not {shown(value)}"
+        return f"{name} must be {'some' if of is tuple else 'one'} of {among}, not {shown}"
     return None
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 
-from felab.mock_server.config import DEFAULTS, MODEL, SERVER, Settings, flag, kind, noun
+from felab.mock_server.config import DEFAULTS, MODEL, Settings, flag, kind, noun, spell
 
 Field = dataclasses.Field
 
@@ -48,16 +48,6 @@ def read(f: Field, text: str) -> Any:
     except ValueError:
         spelled = f" or {', '.join(words)}" if words else ""
         raise ValueError(f"{flag(f)} takes {noun(of)}{spelled}, not {text!r}") from None
-
-
-def spell(f: Field, value: Any) -> str:
-    """The value as a learner would type it: a word where one stands for it, `2500` not `2500.0`."""
-    for word, meant in f.metadata["words"].items():
-        if value == meant and type(value) is type(meant):
-            return word
-    if isinstance(value, tuple):
-        return ",".join(value)
-    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 METAVARS = {int: "INTEGER", float: "FLOAT", tuple: "LIST"}
@@ -126,4 +116,4 @@ def command_line(s: Settings, scope: str | None = None) -> list[str]:
     return out
 
 
-__all__ = ["MODEL", "SERVER", "command_line", "flag", "read", "server_options", "spell", "sweep_fields"]
+__all__ = ["command_line", "flag", "read", "server_options", "spell", "sweep_fields"]

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from felab.connect import client
 from felab.errors import FelabError
-from felab.mock_server.config import Settings
-from felab.mock_server.flags import MODEL, command_line
+from felab.mock_server.config import MODEL, Settings
+from felab.mock_server.flags import command_line
 from felab.replay.synth import SMALLEST_BLOCK, prompt_text, template
 from felab.replay.tally import Tally
 from felab.replay.trace import TraceRequest, check_blocks

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from felab.mock_server.config import DEFAULTS, UNLIMITED, Settings
-from felab.mock_server.flags import flag, read, spell, sweep_fields, sweep_values, to_settings
+from felab.mock_server.flags import flag, spell, sweep_fields, sweep_values, to_settings
 
 ALWAYS = ("replicas", "route", "cache_blocks")
 """The settings every table shows, first and in this order; any other shows when it is swept."""
@@ -45,9 +45,6 @@ class Knob:
     @property
     def help(self) -> str:
         return self.declared.metadata["help"]
-
-    def read(self, text: str) -> Any:
-        return read(self.declared, text)
 
     def spell(self, value: Any) -> str:
         return spell(self.declared, value)
