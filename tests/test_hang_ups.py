@@ -253,6 +253,24 @@ def test_hung_up_clients_give_the_lane_back(replicas: int, stream: bool) -> None
 
 
 @pytest.mark.parametrize("stream", [True, False])
+def test_a_hang_up_after_a_body_larger_than_the_read_buffer_is_seen(stream: bool) -> None:
+    # uvicorn stops reading a connection while more than 64 KiB of body wait to be read; a
+    # reply waiting for its first token reads nothing, so the server must read on by itself to
+    # see the client close. A ~32,000-token prompt (128 KB, in writes larger than 64 KiB) takes
+    # ~12.8 s of prefill; its client closes at 0.3 s. The next tiny request waits ~0.02 s when
+    # the hang-up is seen and ~12.5 s when it is not; allowed: 3 s.
+    with practice_server() as url:
+        api = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=CLOSE_AFTER_S)
+        messages = [{"role": "user", "content": "the refund policy says " * 5_600}]
+        with pytest.raises(openai.APITimeoutError):
+            reply = api.chat.completions.create(model="felab-practice", messages=messages, stream=stream)
+            for _ in reply if stream else ():
+                pass
+        assert booked_tokens(url) > 31_000  # it was booked before its client left
+        assert tiny_wait(url, stream) < 3.0
+
+
+@pytest.mark.parametrize("stream", [True, False])
 def test_a_request_queued_behind_hung_up_ones_moves_up(stream: bool) -> None:
     # 4 long prompts are queued (~4.8 s of prefill) and their clients close at 1 s. A request
     # that arrives while they are queued, and waits for its reply, must be served soon after

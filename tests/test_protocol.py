@@ -9,6 +9,7 @@ raw chunks (is the `usage` key there, and null?); prometheus_client's own parser
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 
@@ -336,6 +337,27 @@ def test_continuous_usage_stats_gives_every_chunk_the_usage_so_far(url: str, pat
         url, path, {**base_body(path), "stream": True, "stream_options": {"continuous_usage_stats": True}}
     )
     assert all("usage" not in e for e in alone)
+
+
+def test_chat_role_chunk_comes_with_the_first_token_not_before() -> None:
+    """As llama.cpp and vLLM send it (measured on the kit's llama-server: the head at once, the
+    role chunk with the first token): vLLM's own benchmark stops its TTFT clock at the first
+    chunk of any kind, so a role chunk sent early would make any server read ~0 ms. A lower
+    bound only: a busy machine can make the chunk later, never earlier than the model's 400 ms."""
+    with practice_server("--overhead-ms", "400") as base:
+        api = openai.OpenAI(base_url=base, api_key="unused")
+        start = time.perf_counter()
+        stream = api.chat.completions.create(
+            model="felab-practice", messages=[{"role": "user", "content": "hi"}], max_tokens=2, stream=True
+        )
+        head_s = time.perf_counter() - start
+        first = next(iter(stream))
+        first_s = time.perf_counter() - start
+        rest = list(stream)
+    assert head_s < 0.35  # the response's head (status, headers) does not wait for the model
+    assert first.choices[0].delta.role == "assistant"
+    assert first_s >= 0.35
+    assert [c.choices[0].delta.content for c in rest if c.choices][0]
 
 
 # ── /metrics, parsed by prometheus_client, against what the client saw ───────

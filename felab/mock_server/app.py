@@ -28,7 +28,7 @@ import contextlib
 import gc
 import json
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -43,7 +43,7 @@ from felab.mock_server.booking import Booking, PracticeModel, Prompt
 from felab.mock_server.cache import block_keys, tokenize
 from felab.mock_server.config import HEALTH_NAME, Settings
 from felab.mock_server.faults import ERRORS, RETRY_AFTER_S, Faults, StreamCut
-from felab.mock_server.intake import Admission, Intake
+from felab.mock_server.intake import HANG_UP, Admission, HangUp, Intake, hang_up
 from felab.mock_server.replies import CHAT, COMPLETION, DONE, Reply, Shape, reply_text
 from felab.mock_server.sse import EventStream, Piece
 from felab.mock_server.waits import OnTime, clock, sleep_until, wake_up
@@ -104,17 +104,12 @@ async def until_first_token(state: ServerState, booking: Booking) -> None:
             waiting.discard(wake)
 
 
-async def hung_up(request: Request) -> None:
-    """Return when the client closes its connection (never, while it waits for its reply)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
 # ── Replies ──────────────────────────────────────────────────────────────────
 
 
 async def stream_events(state: ServerState, booking: Booking, reply: Reply) -> AsyncGenerator[Piece, None]:
-    """A streamed reply (chat or completion): any opening at once, then one chunk per token at its time.
+    """A streamed reply (chat or completion): one chunk per token at its time (chat's role chunk with
+    the first), after the response's head, which goes out at once.
 
     Each chunk is built before its time comes, so that at its time it only has to be written.
     What is due at the same moment goes out in one piece: the last token, the usage chunk and
@@ -122,12 +117,10 @@ async def stream_events(state: ServerState, booking: Booking, reply: Reply) -> A
     """
     done, last = False, booking.reply_tokens - 1
     try:
-        # Chat's role chunk arrives at once, as on many servers; a TTFT taken at the
-        # first chunk of any kind would read ~0 ms here. felab waits for content.
-        if opening := reply.opening(booking):
-            yield opening.encode(), True
         for i in range(booking.reply_tokens):
             piece = reply.token(booking, i)
+            if i == 0:  # chat's role chunk comes with the first token, as llama.cpp and vLLM send it
+                piece = (reply.opening(booking) or "") + piece
             if i == last:
                 piece += (reply.usage(booking) if reply.include_usage else "") + DONE
             await (until_first_token(state, booking) if i == 0 else sleep_until(booking.token_at(i)))
@@ -150,13 +143,13 @@ async def reply_due(state: ServerState, booking: Booking) -> None:
 
 async def whole_reply(state: ServerState, booking: Booking, reply: Reply, request: Request) -> Response:
     """A reply in one piece, sent when its last token is due (499 if the client hung up first)."""
-    gone = asyncio.ensure_future(hung_up(request))
+    gone = asyncio.get_running_loop().create_future()
+    hang_up(request.scope).then(lambda: wake_up(gone))
     due = asyncio.ensure_future(reply_due(state, booking))
     try:
         await asyncio.wait({gone, due}, return_when=asyncio.FIRST_COMPLETED)
         hung = gone.done() and not due.done()
     finally:
-        gone.cancel()
         due.cancel()
     if hung:
         state.cancel(booking, clock())
@@ -289,7 +282,7 @@ def create_app(settings: Settings | None = None) -> Intake:
 
     app = Starlette(routes=routes(settings, state), exception_handlers=ERROR_HANDLERS, lifespan=lifespan)
     app.state.felab = ServerState.fresh(replace(settings, fail_rate=0.0))  # the warm-up must not fail
-    wrapped = Intake(app, settings.max_body_bytes, settings.request_timeout_s)
+    wrapped = Intake(Shortcut(app, generating(state)), settings.max_body_bytes, settings.request_timeout_s)
     return wrapped
 
 
@@ -330,8 +323,11 @@ def same_origin_only(request: Request) -> None:
     )
 
 
-def routes(settings: Settings, state: Callable[[], ServerState]) -> list[Route]:
-    """The routes that generate (booked in the model) and the ones that only read or reset."""
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def generating(state: Callable[[], ServerState]) -> dict[str, Endpoint]:
+    """The routes that generate, by path (POST): booked in the model (see `Shortcut`)."""
 
     async def chat(request: Request) -> Response:
         req = parse(ChatRequest, await request.body())
@@ -341,17 +337,47 @@ def routes(settings: Settings, state: Callable[[], ServerState]) -> list[Route]:
         req = parse(CompletionRequest, await request.body())
         return await answer(state(), request, req, req.prompt_text(), COMPLETION)
 
+    return {"/v1/chat/completions": chat, "/v1/completions": completions}
+
+
+def routes(settings: Settings, state: Callable[[], ServerState]) -> list[Route]:
+    """The routes that generate (booked in the model) and the ones that only read or reset."""
+
     async def reset(request: Request) -> Response:
         """Forget every cached block of every replica, as a restart would (not from a web page)."""
         same_origin_only(request)
         return JSONResponse({"cleared_blocks": state().model.reset_caches()})
 
     return [
-        Route("/v1/chat/completions", chat, methods=["POST"]),
-        Route("/v1/completions", completions, methods=["POST"]),
+        *(Route(path, endpoint, methods=["POST"]) for path, endpoint in generating(state).items()),
         Route("/admin/reset", reset, methods=["POST"]),
         *info_routes(settings, state),
     ]
+
+
+class Shortcut:
+    """ASGI: a POST to a generating route goes straight to its endpoint; the rest through Starlette.
+
+    Starlette's stack (two error middlewares, the router, the route, and an error wrapper
+    around each `send`) costs each request a few dozen microseconds of Python, at 64 streams
+    a good part of what makes a first token late (docs/benchmarks.md). The endpoints and
+    their errors are the same either way: an ApiError goes out in OpenAI's envelope, and
+    anything else reaches uvicorn, which answers 500 (as Starlette's ServerErrorMiddleware would).
+    """
+
+    def __init__(self, app: Starlette, endpoints: dict[str, Endpoint]) -> None:
+        self.app, self.endpoints = app, endpoints
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        endpoint = self.endpoints.get(scope["path"]) if scope.get("method") == "POST" else None
+        if endpoint is None:
+            return await self.app(scope, receive, send)
+        request = Request(scope, receive, send)
+        try:
+            response = await endpoint(request)
+        except ApiError as exc:
+            response = exc.response()
+        await response(scope, receive, send)
 
 
 def info_routes(settings: Settings, state: Callable[[], ServerState]) -> list[Route]:
@@ -454,6 +480,7 @@ async def send_in_process(app: Any, path: str, payload: dict[str, Any]) -> None:
         "headers": headers,
         "client": ("127.0.0.1", 0),
         "server": ("127.0.0.1", 0),
+        "state": {HANG_UP: HangUp(gone=True)},  # gone at once: only the code paths are wanted
     }
     pending = [{"type": "http.request", "body": body, "more_body": False}]
 

@@ -13,9 +13,10 @@ A server that waits forever for a client can be held by one that never finishes
                OpenAI's envelope (intake.py)
 
 uvicorn's httptools protocol is used as is, with two timers added; its own keep-alive
-timer and handler close the connection. Three more things happen here: each request's
-arrival is noted as soon as its head is parsed (intake.py reads it), a response's head
-goes out in one write with its first body bytes (`HeadWithBody`), and malformed HTTP is
+timer and handler close the connection. Four more things happen here: each request's
+arrival is noted as soon as its head is parsed (intake.py reads it), a reply is told at
+once when its client hangs up (`intake.HANG_UP`), a response's head goes out in one write
+with its first body bytes when they follow at once (`HeadWithBody`), and malformed HTTP is
 answered in OpenAI's envelope.
 """
 
@@ -28,7 +29,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from felab.mock_server.config import Settings
-from felab.mock_server.intake import ARRIVAL
+from felab.mock_server.intake import ARRIVAL, HANG_UP, HangUp
 from felab.mock_server.waits import clock
 from felab.mock_server.wire import ApiError
 
@@ -37,8 +38,9 @@ class HeadWithBody:
     """A connection's transport as uvicorn's request cycles see it: a response's head (its status
     line and headers, which uvicorn writes on their own) is held until the response's first body
     bytes and goes out with them, in one write: one system call and one wake-up of the client
-    instead of two (a streamed chat reply's role chunk follows its head at once; a whole reply's
-    body too). A head with nothing after it goes out alone at the end of the event loop's pass.
+    instead of two (a whole reply's body follows its head at once). A head with nothing after it
+    (a streamed reply's, whose first chunk comes with its first token) goes out alone at the end
+    of the event loop's pass.
     `100 Continue` is never held: the client waits for it before it sends the body.
     """
 
@@ -89,10 +91,20 @@ class TimelyHttp(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._stop_head_timer()
         self.scope["state"][ARRIVAL] = clock()  # the request has arrived: every cost after this is its own
+        self.scope["state"][HANG_UP] = HangUp()  # how its reply learns of a hang-up
         super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        if not self.pipeline:  # the request being served is whole: read on, to see a hang-up
+            # (uvicorn pauses reading while a large body waits to be read, and resumes it only
+            # when the app asks for more: a reply that waits asks for nothing)
+            self.flow.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
+        if self.cycle is not None and not self.cycle.response_complete:  # hung up mid-reply
+            self.cycle.scope["state"][HANG_UP].now()
         super().connection_lost(exc)
 
     def send_400_response(self, msg: str) -> None:
@@ -131,4 +143,5 @@ def uvicorn_config(app: Any, host: str, port: int, settings: Settings) -> uvicor
         access_log=False,
         http=timely_http(settings.request_timeout_s),
         timeout_keep_alive=settings.idle_timeout_s,
+        proxy_headers=False,
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -26,6 +26,38 @@ DISCARD_BYTES = 64 * 1024 * 1024
 this, or past the request deadline, the connection is closed as it stands)."""
 ARRIVAL = "felab.arrival"
 """The key in a request's `scope["state"]` where the HTTP protocol notes its arrival (server's clock)."""
+HANG_UP = "felab.hang_up"
+"""The key in a request's `scope["state"]` of its `HangUp` (set by the HTTP protocol: connections.py)."""
+
+
+class HangUp:
+    """Tells a reply that its client hung up: the HTTP protocol calls `now()` when the connection
+    closes before the reply is complete, and each callback given to `then` runs (at once, if the
+    client is gone already). A reply waiting for its booked time learns of it at once, with no
+    task of its own watching the connection."""
+
+    __slots__ = ("gone", "callbacks")
+
+    def __init__(self, gone: bool = False) -> None:
+        self.gone = gone
+        self.callbacks: list[Callable[[], None]] = []
+
+    def then(self, callback: Callable[[], None]) -> None:
+        if self.gone:
+            callback()
+        else:
+            self.callbacks.append(callback)
+
+    def now(self) -> None:
+        self.gone = True
+        for callback in self.callbacks:
+            callback()
+
+
+def hang_up(scope: Mapping[str, Any]) -> HangUp:
+    """The request's HangUp; a new one, never called, where the server sets none (not uvicorn with
+    connections.py: a reply then learns of a hang-up only when it writes)."""
+    return (scope.get("state") or {}).get(HANG_UP) or HangUp()
 
 
 async def within(seconds: float, work: Coroutine[Any, Any, T]) -> T:

@@ -123,7 +123,8 @@ class Reply:
         return frame(data)
 
     def opening(self, booking: Booking) -> str | None:
-        """Chat's role chunk, sent at once as many servers do (a legacy completion has none)."""
+        """Chat's role chunk, sent with the first token as llama.cpp and vLLM send it (a legacy
+        completion has none)."""
         if not self.shape.chat:
             return None
         role = {

@@ -6,12 +6,14 @@ things make it cheap enough that 64 streams keep their schedule on two cores
 
     one write per moment   pieces due at the same moment go out in one write: the last
                            token, the usage chunk and `[DONE]`, with the end of the body
-    one watcher per reply  a single task waits for the client to hang up and cancels the
-                           reply where it stands (the reply's own `finally` gives its time
-                           back); Starlette's StreamingResponse runs a task group of two
+    no watcher task        the HTTP protocol calls the reply back when its client hangs up
+                           (intake.HangUp), and the reply is cancelled where it stands (its
+                           own `finally` gives its time back); Starlette's StreamingResponse
+                           runs a task group of two per reply, one of them only to watch
 
 A hang-up is noticed at once, also while the reply waits for its first token: the
-booked time it will not use goes back to the prefill lane (booking.py).
+booked time it will not use goes back to the prefill lane (booking.py). Served by
+another ASGI server (no such callbacks), a reply learns of a hang-up when it writes.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from starlette.responses import Response
+
+from felab.mock_server.intake import hang_up
 
 Piece = tuple[bytes, bool]
 """What a reply yields: the bytes due now, and whether more will follow."""
@@ -38,13 +42,18 @@ class EventStream(Response):
         self.raw_headers = [(b"content-type", b"text/event-stream; charset=utf-8")] + [
             (k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()
         ]
-        self.over = False
+        self.over = self.gone = False
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         task = asyncio.current_task()
         assert task is not None
-        watcher = asyncio.ensure_future(_hung_up(receive))
-        watcher.add_done_callback(lambda w: None if self.over or w.cancelled() else task.cancel())
+
+        def hung_up() -> None:
+            if not self.over:
+                self.gone = True
+                task.cancel()
+
+        hang_up(scope).then(hung_up)
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             more = True
@@ -59,17 +68,10 @@ class EventStream(Response):
             # reply, uvicorn's bookkeeping) is not late for anyone.
             await asyncio.sleep(0)
         except asyncio.CancelledError:
-            if self.over or not watcher.done() or watcher.cancelled():
+            if not self.gone:
                 raise  # not a hang-up: the server is stopping
             if sys.version_info >= (3, 11):
                 task.uncancel()  # the hang-up's cancel is handled here
         finally:
             self.over = True
-            watcher.cancel()
             await self.events.aclose()
-
-
-async def _hung_up(receive: Any) -> None:
-    """Return when the client closes its connection (the body was read already: nothing else comes)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
