@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from felab.mock_server.cache import BLOCK_TOKENS, PrefixCache, block_keys, tokenize
+import pytest
+
+from felab.mock_server.cache import BLOCK_TOKENS, PrefixCache, block_keys, prompt_keys, tokenize
 
 OPENING = "".join(f"rule {i}: be kind. " for i in range(700))  # ~12,000 characters
 
@@ -23,6 +25,15 @@ class Cache(PrefixCache):
 def test_tokenize_is_four_character_pieces() -> None:
     assert tokenize("abcdefghij") == ["abcd", "efgh", "ij"]
     assert len(tokenize("x" * 12_112)) == 3028
+
+
+@pytest.mark.parametrize("chars_per_token", [4.0, 3.6, 3.9, 2.5, 1.0, 7.3])
+@pytest.mark.parametrize("block", [1, 16, 64])
+def test_prompt_keys_from_the_text_are_the_tokens_keys(chars_per_token: float, block: int) -> None:
+    text = "".join(f"w{i} é. " for i in range(400))
+    for n in [*range(0, 300), 1_000, 2_047, 2_048, len(text)]:
+        tokens = tokenize(text[:n], chars_per_token)
+        assert prompt_keys(text[:n], chars_per_token, block) == (len(tokens), block_keys(tokens, block))
 
 
 def test_only_full_blocks_get_keys() -> None:

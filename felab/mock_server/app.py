@@ -40,7 +40,7 @@ from starlette.routing import Route
 
 from felab.mock_server import metrics
 from felab.mock_server.booking import Booking, PracticeModel, Prompt
-from felab.mock_server.cache import block_keys, tokenize
+from felab.mock_server.cache import prompt_keys
 from felab.mock_server.config import HEALTH_NAME, Settings
 from felab.mock_server.faults import ERRORS, RETRY_AFTER_S, Faults, StreamCut
 from felab.mock_server.intake import HANG_UP, Admission, HangUp, Intake, hang_up
@@ -233,11 +233,11 @@ def book(
     if req.model != s.model:
         raise unknown_model(req.model)
     refuse(req)
-    tokens = tokenize(text, s.chars_per_token)
-    words, finish = reply_text(reply_length(req, s, len(tokens)), req.stops())
+    tokens, keys = prompt_keys(text, s.chars_per_token, s.block_tokens)  # hashed once, on arrival
+    words, finish = reply_text(reply_length(req, s, tokens), req.stops())
     fault = draw_fault(state.faults)
     session = request.headers.get("x-session-affinity") or req.user
-    prompt = Prompt(len(tokens), block_keys(tokens, s.block_tokens), session)  # hashed once, on arrival
+    prompt = Prompt(tokens, keys, session)
     intake: Admission = request.state.intake
     booking = state.model.book(prompt, len(words), intake.arrival, clock())
     intake.admitted()  # booked: the next request may be admitted
