@@ -32,6 +32,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
+from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -51,33 +52,57 @@ def reply_end(booking: Booking) -> float:
     return booking.token_at(max(booking.reply_tokens - 1, 0))
 
 
+def final(booking: Booking, now: float) -> bool:
+    """Whether its first token can no longer move: a prompt booked from `now` on is ready after
+    its last batch was formed, so cannot join it (--batch-tokens: timing.py)."""
+    batch = getattr(booking.prefill, "batch", None)
+    return batch is None or batch.start < now
+
+
+def count(tally: Tally, booking: Booking, request: TraceRequest, now: float) -> None:
+    """Tally one request at its (final) first token."""
+    tally.add(
+        now,
+        request.input_tokens,
+        booking.cached_tokens,
+        booking.ttft_s,
+        queue_s=booking.queue_s,
+        replica=booking.replica.index,
+        session=request.session,
+    )
+
+
 def replay(
     path: Path, requests: Iterable[TraceRequest], settings: Settings, speed: float = 1.0
 ) -> tuple[Tally, list[int], float]:
     """Book every request in the model; the tally, the requests each replica served, and wall seconds."""
     model, tally = PracticeModel(settings), Tally()
-    block = settings.block_tokens
+    block, batched = settings.block_tokens, settings.batch_tokens is not None
     ends: list[tuple[float, int, Booking]] = []  # replies still running, the soonest first
+    pending: deque[tuple[Booking, TraceRequest, float]] = deque()  # batched: first tokens not final
     order = itertools.count()
     t0 = time.perf_counter()
     for request in requests:
         check_blocks(path, request, block)
         now = request.arrival_s / speed
         while ends and ends[0][0] <= now:
-            model.finish(heapq.heappop(ends)[2])
+            booking = heapq.heappop(ends)[2]
+            if batched and reply_end(booking) > now:  # a prompt joined its last batch: it ends later
+                heapq.heappush(ends, (reply_end(booking), next(order), booking))
+            else:
+                model.finish(booking)
+        while pending and final(pending[0][0], now):
+            count(tally, *pending.popleft())
         booking = model.book(prompt_of(request, block), request.output_tokens, now, now)
-        tally.add(
-            now,
-            request.input_tokens,
-            booking.cached_tokens,
-            booking.ttft_s,
-            queue_s=booking.queue_s,
-            replica=booking.replica.index,
-            session=request.session,
-        )
+        if batched:
+            pending.append((booking, request, now))
+        else:
+            count(tally, booking, request, now)
         booking.keys = ()  # only a hang-up reads them again (PracticeModel.cancel); a replay never hangs up
         heapq.heappush(ends, (reply_end(booking), next(order), booking))
         tally.in_flight_max = max(tally.in_flight_max or 0, len(ends))
+    for waiting in pending:
+        count(tally, *waiting)
     wall = time.perf_counter() - t0
     tally.lane_uncached = [r.stats.prompt_tokens - r.stats.hits for r in model.fleet.replicas]
     return tally, [r.stats.requests for r in model.fleet.replicas], wall
