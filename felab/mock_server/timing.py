@@ -309,10 +309,9 @@ class BatchLane(PrefillLane):
         turns = [t for t in self.queue if isinstance(t, BatchedPrefill)]  # every one of them is
         was = [(t.start, t.end) for t in turns]
         first = next((i for i, t in enumerate(turns) if t.done >= now), len(turns))
-        for t in reversed(turns[first:]):
+        for t in reversed(turns[first:]):  # (each end is set again by the turn placed last in it)
             if t.fill and t.joined is not None:
                 t.joined.tokens -= t.fill
-                t.joined.end = t.start  # where the work of the prompt before it ended
         prior = turns[first - 1] if first else None
         free_at, open = (prior.done, prior.batch) if prior else (now, turns[0].joined if turns else None)
         for t in turns[first:]:
