@@ -174,8 +174,8 @@ def test_a_hang_up_with_seats_and_batches_gives_the_seat_and_the_lane_back() -> 
 
 
 def test_a_replay_counts_the_batched_first_tokens(tmp_path: Path) -> None:
-    rows = [{"timestamp": 0, "input_length": 2600, "output_length": 4, "hash_ids": list(range(100 * i, 100 * i + 41))}
-            for i in range(4)]  # fmt: skip
+    ids = [list(range(100 * i, 100 * i + 41)) for i in range(4)]  # 2,600 tokens: 40 full blocks
+    rows = [{"timestamp": 0, "input_length": 2600, "output_length": 4, "hash_ids": i} for i in ids]
     path = tmp_path / "t.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     s = Settings(block_tokens=64, prefill_tps=TPS, overhead_ms=0.0, batch_tokens=2048)
