@@ -17,7 +17,7 @@ import pytest
 
 from felab.mock_server.booking import PracticeModel, Prompt
 from felab.mock_server.config import Settings
-from felab.mock_server.timing import BatchLane, Prefill, PrefillLane
+from felab.mock_server.timing import BatchedPrefill, BatchLane, Prefill, PrefillLane
 from felab.replay import trace, virtual
 
 TPS = 10_000.0
@@ -103,7 +103,7 @@ def test_a_prompt_that_hangs_up_half_way_keeps_its_tokens_and_the_rest_fill_in_b
     lane = BatchLane(2048)
     a, b, c, d = book(lane, 2600, 2600, 2600, 2600)
     assert lane.cancel(a, now=at(1000)) == [a, b, c, d]
-    assert a.tokens == 1000 and a.seconds == pytest.approx(at(1000))
+    assert isinstance(a, BatchedPrefill) and a.tokens == 1000 and a.seconds == pytest.approx(at(1000))
     # a's only batch was formed at 0: b cannot join it and opens its own at 1,000, so the
     # batches run from there: [1000, 3048), [3048, 5096), [5096, 7144), [7144, 8800), holding
     # the last tokens of b (3,599), c (6,199) and d (8,799)
