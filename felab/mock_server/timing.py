@@ -1,6 +1,7 @@
 """The practice server's timing model: how long a real server would take.
 
     time to first token = overhead + wait (for a seat, then the prefill lane) + prefill
+                          (--batch-tokens B: until the batch holding its last token is done)
     prefill             = uncached / prefill rate
                           + max(attention_ns·1e-9 · uncached · (context before + uncached / 2),
                                 cached_token_us·1e-6 · cached)
@@ -37,8 +38,25 @@ with several slots: every stream decodes at once (at the full rate unless a
 profile sets a slowdown), so the queue for prefill, and for a seat where seats
 are limited (seats.py), is what makes a busy server's TTFT grow.
 
+Batches (`--batch-tokens B`, llama.cpp's -b; none by default). llama-server builds each
+batch of up to B prompt tokens from the waiting prompts in order, and a prompt's first
+token comes only when the batch holding its last token is done. `BatchLane` keeps the
+work first come first served (a prompt's work ends at start + seconds, and the next one's
+starts then), but a prompt's first token is the end of its last batch, which the prompts
+ready when that batch was formed fill: four 2,600-token prompts sent at once get first
+tokens at the ends of batches 2, 3, 4 and 6 (tokens 4,096, 6,144, 8,192, 10,400 of the
+10,400 in a row), not at 2,600, 5,200, 7,800 and 10,400.
+
+So a booked first token can move *later*, when a prompt arrives before its last batch is
+formed (so always while that first token is still to come); after a hang-up the prompts
+whose work is not over are placed again by the same rule (`BatchLane.place`).
+Approximations: a prompt's time (attention included) is spread evenly over its tokens, and
+the decode tokens of running streams, which llama-server puts in each batch too, are not
+counted. The router (`free_at`, `quote`) and the gauges read work, not batches.
+
 The lane is a queue of bookings with known times, not a lock: a request's
-first-token time is known when it arrives, so the server sleeps until exact
+first-token time is known when it arrives (with batches, it may still move later,
+as above: the wait for it then waits again), so the server sleeps until exact
 deadlines and the prediction is what the client sees. When a client hangs up,
 its booking gives back the time it had not used, and the prefills queued
 behind it move up (`PrefillLane.cancel`), as a real engine aborts the request.
