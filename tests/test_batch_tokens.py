@@ -11,12 +11,16 @@ and a virtual replay (a TTFT is tallied once it is final).
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
+import openai
 import pytest
 
 from felab.mock_server.booking import PracticeModel, Prompt
 from felab.mock_server.config import Settings
+from felab.mock_server.launch import practice_server
 from felab.mock_server.timing import BatchedPrefill, BatchLane, Prefill, PrefillLane
 from felab.replay import trace, virtual
 
@@ -181,3 +185,41 @@ def test_a_replay_counts_the_batched_first_tokens(tmp_path: Path) -> None:
     s = Settings(block_tokens=64, prefill_tps=TPS, overhead_ms=0.0, batch_tokens=2048)
     tally, _, _ = virtual.replay(path, trace.read_trace(path), s)
     assert sorted(round(t * TPS, 6) for t in tally.ttft_s) == [4096, 6144, 8192, 10400]
+
+
+# ── Live: a real practice server and real clients ───────────────────────────
+
+
+def first_token_s(url: str, text: str, start: threading.Barrier, got: list[float]) -> None:
+    api = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=30)
+    start.wait()
+    t0 = time.monotonic()
+    for chunk in api.chat.completions.create(
+        model="felab-practice", messages=[{"role": "user", "content": text}], stream=True, max_tokens=2
+    ):
+        if chunk.choices and chunk.choices[0].delta.content:
+            got.append(time.monotonic() - t0)
+            return
+
+
+def test_a_live_server_sends_first_tokens_at_the_ends_of_the_batches() -> None:
+    # 4 prompts of ~2,600 tokens sent at once, 0.1 ms a token, no overhead: one after another
+    # gives ~0.26, 0.52, 0.78, 1.04 s; batches of 2,048, ~0.41, 0.61, 0.82, 1.04 s. The first
+    # request's first token was booked at ~0.26 s, then moved later by the second: its wait
+    # must wait again. The server never sends a token early (2 ms at most), so the lower
+    # bounds are firm; the upper ones leave a loaded 2-core machine 0.3 s.
+    texts = [f"{i} " + "word " * 2_070 for i in range(4)]  # ~2,600 tokens at 4 characters a token
+    got: list[float] = []
+    start = threading.Barrier(4)
+    flags = ("--batch-tokens", "2048", "--prefill-tps", "10000", "--overhead-ms", "0")
+    with practice_server(*flags) as url:
+        threads = [threading.Thread(target=first_token_s, args=(url, t, start, got)) for t in texts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    first, second, third, last = sorted(got)
+    assert 0.39 <= first <= 0.41 + 0.3, got  # one after another would give ~0.26
+    assert 0.59 <= second <= 0.61 + 0.3, got
+    assert 0.80 <= third <= 0.82 + 0.3, got
+    assert 1.02 <= last <= 1.04 + 0.3, got
