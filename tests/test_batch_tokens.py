@@ -163,6 +163,13 @@ def test_a_seat_is_held_until_the_reply_end_a_later_prompt_moved() -> None:
     assert first.seat.free_at == pytest.approx(first.reply_end)
 
 
+def test_a_hang_up_in_the_model_re_batches_the_prompts_behind_it() -> None:
+    model = batched()
+    a, b, c, d = (model.book(prompt(2600, i), 4, 0.0, 0.0) for i in range(4))
+    assert model.cancel(b, now=at(1000))  # waiting: it leaves, and those behind it move
+    assert [round(x.ttft_s * TPS, 6) for x in (a, c, d)] == [4096, 6144, 7800]
+
+
 def test_a_hang_up_with_seats_and_batches_gives_the_seat_and_the_lane_back() -> None:
     model = batched(seats=2)
     a, b, c = (model.book(prompt(2600, i), 4, 0.0, 0.0) for i in range(3))  # c waits for a seat

@@ -161,8 +161,8 @@ class PracticeModel:
             uncached = max(prompt.tokens - reused * replica.cache.block_tokens, min(prompt.tokens, 1))
         cached = prompt.tokens - uncached
         prefill = replica.lane.book(admission, self.timing.prefill_s(uncached, cached), now, uncached)
-        if self.settings.cache_mode == "blocks":
-            replica.cache.insert(prompt.keys, used_at=prefill.end)
+        if self.settings.cache_mode == "blocks":  # (batched, prefill.end may move later, by less than
+            replica.cache.insert(prompt.keys, used_at=prefill.end)  # a batch: the TTL starts that early)
         interval = self.timing.token_interval_s(self.streams(replica, prefill.end), prompt.tokens)
         rid = f"{next(self.ids)}"
         tokens = prompt.tokens
@@ -270,7 +270,9 @@ class PracticeModel:
     @staticmethod
     def _rehold(bookings: list[Booking]) -> None:
         """A seat is held until its reply ends: when a prompt joins the batch holding the last
-        tokens of earlier ones, their first tokens, and so their replies' ends, come later."""
+        tokens of earlier ones, their first tokens, and so their replies' ends, come later. (In a
+        reseat, a request admitted to a seat before a later join moved its holder's end keeps
+        that admission: joins need a prompt ready before the batch forms, so this is rare.)"""
         for b in bookings:
             if b.seat is not None:
                 b.seat.free_at = max(b.seat.free_at, b.reply_end)
