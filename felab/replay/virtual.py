@@ -10,7 +10,10 @@ the fleet routes, the replica's cache is looked up and its blocks inserted, the 
 lane gives the prompt its turn, blocks expire after `--cache-ttl` seconds of *trace*
 time. Nothing sleeps: the clock jumps from one event to the next, so an hour of traffic
 takes seconds. As live, a request finds the blocks of every prompt booked before it on
-its replica (the lane is first come first served).
+its replica (the lane is first come first served). With `--batch-tokens`, a request's
+first token may still move later while its last batch is not formed (timing.py): it is
+tallied once a request arrives after that batch began, and its reply retires at its end
+as it is by then.
 
 Memory. A request is held from its booking until its reply ends in trace time, then
 retired (`PracticeModel.finish`), as the live server does. A fleet that keeps up holds
@@ -59,16 +62,16 @@ def final(booking: Booking, now: float) -> bool:
     return batch is None or batch.start < now
 
 
-def count(tally: Tally, booking: Booking, request: TraceRequest, now: float) -> None:
-    """Tally one request at its (final) first token."""
+def count(tally: Tally, booking: Booking, now: float, session: str | None) -> None:
+    """Tally one request that arrived at `now`, once its first token is final."""
     tally.add(
         now,
-        request.input_tokens,
+        booking.prompt_tokens,
         booking.cached_tokens,
         booking.ttft_s,
         queue_s=booking.queue_s,
         replica=booking.replica.index,
-        session=request.session,
+        session=session,
     )
 
 
@@ -79,7 +82,7 @@ def replay(
     model, tally = PracticeModel(settings), Tally()
     block, batched = settings.block_tokens, settings.batch_tokens is not None
     ends: list[tuple[float, int, Booking]] = []  # replies still running, the soonest first
-    pending: deque[tuple[Booking, TraceRequest, float]] = deque()  # batched: first tokens not final
+    pending: deque[tuple[Booking, float, str | None]] = deque()  # batched: first tokens not final
     order = itertools.count()
     t0 = time.perf_counter()
     for request in requests:
@@ -95,9 +98,9 @@ def replay(
             count(tally, *pending.popleft())
         booking = model.book(prompt_of(request, block), request.output_tokens, now, now)
         if batched:
-            pending.append((booking, request, now))
+            pending.append((booking, now, request.session))  # not the request: its ids may go
         else:
-            count(tally, booking, request, now)
+            count(tally, booking, now, request.session)
         booking.keys = ()  # only a hang-up reads them again (PracticeModel.cancel); a replay never hangs up
         heapq.heappush(ends, (reply_end(booking), next(order), booking))
         tally.in_flight_max = max(tally.in_flight_max or 0, len(ends))
