@@ -194,6 +194,21 @@ def test_a_replay_counts_the_batched_first_tokens(tmp_path: Path) -> None:
     assert sorted(round(t * TPS, 6) for t in tally.ttft_s) == [4096, 6144, 8192, 10400]
 
 
+def test_a_replay_retires_a_reply_at_its_moved_end(tmp_path: Path) -> None:
+    # The first reply was booked to end at ~0.27 s (first token at 2,600 tokens), then moved to
+    # ~0.42 s (4,096) by the second prompt: at 0.3 s, when a fifth request comes, it still runs.
+    rows = [
+        {"timestamp": 0, "input_length": 2600, "output_length": 4, "hash_ids": [2 * i, 2 * i + 1]}
+        for i in range(4)
+    ]
+    rows.append({"timestamp": 300, "input_length": 100, "output_length": 4, "hash_ids": [9]})
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    s = Settings(block_tokens=2048, prefill_tps=TPS, overhead_ms=0.0, batch_tokens=2048)
+    tally, _, _ = virtual.replay(path, trace.read_trace(path), s)
+    assert tally.in_flight_max == 5  # retired at its booked end, the first would leave 4
+
+
 # ── Live: a real practice server and real clients ───────────────────────────
 
 
