@@ -290,9 +290,9 @@ class BatchLane(PrefillLane):
         starts at token k0, at start + seconds · k0 / tokens (its time spread evenly)."""
         n, s, b = turn.tokens, turn.seconds, self.batch_tokens
         joins = open is not None and max(turn.ready_at, floor) <= open.start and open.tokens < b
-        if not started:
-            latest = open.end if open is not None and not joins else free_at
-            turn.start = free_at if joins else max(turn.ready_at, floor, free_at, latest)
+        if not started:  # joining, it starts as the prompt before it ends; else after that batch too
+            last_end = open.end if open is not None else free_at
+            turn.start = free_at if joins else max(turn.ready_at, floor, free_at, last_end)
         turn.joined, turn.fill = open, 0
         if joins and open is not None:
             turn.fill = min(b - open.tokens, n)
