@@ -25,6 +25,9 @@ Timing fits are weighted by 1/(TTFT + 10 ms): the errors that count are relative
 miss on a 40 ms prompt matters about as much as 100 ms on 800 ms). A term that comes out
 negative (noise on a machine where it is too small to see) is set to 0 and the
 others fitted again without it, so every setting stays one the server accepts.
+
+The batch size (`batch_tokens`) has no formula to solve: each candidate is tried in the
+twin's own lane (profile.py books the prompts sent at once), and the nearest wins.
 """
 
 from __future__ import annotations
