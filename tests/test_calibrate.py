@@ -20,8 +20,10 @@ import pytest
 from conftest import KIT, run_felab
 
 from felab.calibrate import fit, prompts
+from felab.calibrate.command import together_line
 from felab.calibrate.fit import Point
-from felab.calibrate.profile import Profile, to_toml, write
+from felab.calibrate.probes import Sample
+from felab.calibrate.profile import Profile, to_toml, twin_rounds, write
 from felab.mock_server.config import DEFAULTS
 from felab.mock_server.launch import free_port, practice_server
 from felab.mock_server.profile import SCHEMA, ProfileError, read_settings, tomllib
@@ -98,10 +100,38 @@ def test_cache_kind_whole_blocks_or_longest_common_prefix() -> None:
     )
 
 
-def test_prompts_sent_at_once_one_after_another_or_together() -> None:
-    staggered = [[115, 215, 315, 415]]
-    assert fit.sharing(staggered, 115, 15)[0] == "one after another"
-    assert fit.sharing([[410, 412, 415, 418]], 115, 15)[0] == "together"
+def together(*ttfts: float, tokens: int = 2600) -> list[Sample]:
+    """One round of prompts sent at once, as the probe records them (cold, 8-token replies)."""
+    return [Sample(tokens * 4, tokens, 0, t, 8) for t in ttfts]
+
+
+def fitted_batch(*ttfts: float) -> tuple[int | None, float, list[list[float]]]:
+    """The batch size fitted to one round, the twin at 10 ms + 10,000 tokens/s (0.1 ms a token)."""
+    settings = {"overhead_ms": 10.0, "prefill_tps": 10_000.0}
+    rounds = [together(*ttfts)]
+    return fit.batch_tokens([ttfts], lambda b: twin_rounds(settings, 0.0, rounds, b))
+
+
+def test_prompts_sent_at_once_give_the_batch_size_the_twin_books_nearest() -> None:
+    # 4 x 2,600 tokens: one after another, each after its own prefill (260 ms each) ...
+    assert fitted_batch(270, 530, 790, 1050)[:2] == (None, 0.0)
+    # ... in batches of 2,048: the ends of batches 2, 3, 4 and 6 (token 4,096, 6,144, 8,192, 10,400)
+    b, err, twin = fitted_batch(419.6, 624.4, 829.2, 1050)
+    assert (b, err) == (2048, pytest.approx(0.0, abs=0.01)) and twin == [
+        pytest.approx([419.6, 624.4, 829.2, 1050])
+    ]
+    assert fitted_batch(430, 610, 840, 1040)[0] == 2048  # a few ms of noise on each
+    assert fitted_batch(320, 620, 830, 1050)[0] == 1024  # the ends of tokens 3,072, 6,144, 8,192, 10,400
+    b, err, _ = fitted_batch(1050, 1050, 1050, 1050)  # all together (MLX): no size fits well
+    assert err > 10
+
+
+def test_the_together_line_names_the_fit_and_says_when_it_is_poor() -> None:
+    found = {"batch_tokens_error_pct": 1.2, "together_ttft_ms": [290, 430], "together_twin_ms": [280, 420]}
+    line = together_line(2, 2048, found)
+    assert "batches of 2,048 tokens" in line and "290, 430 ms measured, the twin 280, 420 ms" in line
+    assert "No batch size" not in line
+    assert "No batch size" in together_line(2, "none", found | {"batch_tokens_error_pct": 40.0})
 
 
 def test_decode_slowdown_from_intervals_at_1_2_and_4_streams() -> None:
@@ -193,8 +223,13 @@ KNOWN = {
 }
 
 
-def test_calibrating_a_practice_server_gives_its_settings_back(tmp_path: Path) -> None:
-    flags = [f"--{k.replace('_', '-')}={v:g}" for k, v in KNOWN.items()]
+@pytest.mark.parametrize(
+    ("more", "batch"), [((), None), (("--batch-tokens=2048", "--seats=4"), 2048)], ids=["none", "2048"]
+)
+def test_calibrating_a_practice_server_gives_its_settings_back(
+    tmp_path: Path, more: tuple[str, ...], batch: int | None
+) -> None:
+    flags = [f"--{k.replace('_', '-')}={v:g}" for k, v in KNOWN.items()] + list(more)
     out_file = tmp_path / "twin.toml"
     with practice_server(*flags) as url:
         out = run_felab(
@@ -227,7 +262,10 @@ def test_calibrating_a_practice_server_gives_its_settings_back(tmp_path: Path) -
     assert got["decode_context_ns"] == pytest.approx(2000, rel=0.3)
     whole = tomllib.loads(out_file.read_text())
     assert whole["profile"]["engine"] == "felab practice server"
-    assert whole["measured"]["prefill_together"] == "one after another"
+    # How 4 prompts sent at once were prefilled: the batch size it was started with (none: one
+    # after another), from the first tokens of 4 x 2,560 tokens (tens of ms apart between sizes)
+    assert got["batch_tokens"] == batch, whole["measured"]
+    assert got.get("seats") == (4 if batch else None)
     assert {"machine", "date", "method", "model"} <= set(whole["profile"])
 
 

@@ -25,13 +25,16 @@ Timing fits are weighted by 1/(TTFT + 10 ms): the errors that count are relative
 miss on a 40 ms prompt matters about as much as 100 ms on 800 ms). A term that comes out
 negative (noise on a machine where it is too small to see) is set to 0 and the
 others fitted again without it, so every setting stays one the server accepts.
+
+The batch size (`batch_tokens`) has no formula to solve: each candidate is tried in the
+twin's own lane (profile.py books the prompts sent at once), and the nearest wins.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 RELATIVE_FROM_MS = 10.0
@@ -236,20 +239,31 @@ def cache_finding(warm: Sequence[tuple[int, int | None, float]], cold_ms: float)
     )
 
 
-def sharing(rounds: Sequence[Sequence[float]], alone_ms: float, overhead_ms: float) -> tuple[str, float]:
-    """Were n cold prompts sent at once prefilled one after another (first tokens staggered: the
-    k-th after k prefills) or together (all after n)? The closer pattern, and its mean error (%)."""
-    if not rounds:
-        return "unknown (the server had these prompts cached)", 0.0
-    err: dict[str, list[float]] = {"one after another": [], "together": []}
-    p = max(alone_ms - overhead_ms, 1e-3)
-    for ttfts in rounds:
-        n = len(ttfts)
-        for k, t in enumerate(sorted(ttfts), start=1):
-            err["one after another"].append(abs(overhead_ms + k * p - t) / t)
-            err["together"].append(abs(overhead_ms + n * p - t) / t)
-    best = min(err, key=lambda k: sum(err[k]))
-    return best, 100 * sum(err[best]) / max(len(err[best]), 1)
+BATCH_CANDIDATES: tuple[int | None, ...] = (None, 256, 512, 1024, 2048, 4096, 8192)
+"""The batch sizes calibrate tries (llama.cpp's -b is 2048 by default); None: no batches, each
+prompt's first token at the end of its own prefill."""
+
+
+def batch_tokens(
+    rounds: Sequence[Sequence[float]], twin: Callable[[int | None], list[list[float]]]
+) -> tuple[int | None, float, list[list[float]]]:
+    """How prompts sent at once were prefilled: the candidate batch size whose first tokens, as the
+    twin books them (`twin(b)`: each round's TTFTs in ms, sorted), are nearest the measured ones
+    (each round sorted), by mean relative error. The size, its error (%), and the twin's TTFTs
+    (None first: on a tie, the simpler model)."""
+    measured = [sorted(r) for r in rounds]
+    best: tuple[int | None, float, list[list[float]]] = (None, math.inf, [])
+    for b in BATCH_CANDIDATES:
+        predicted = twin(b)
+        err = [
+            abs(p - t) / t
+            for got, r in zip(predicted, measured, strict=True)
+            for p, t in zip(got, r, strict=True)
+        ]
+        mean = 100 * sum(err) / max(len(err), 1)
+        if mean < best[1]:
+            best = (b, mean, predicted)
+    return best
 
 
 def sig(x: float, digits: int = 3) -> float:

@@ -13,6 +13,7 @@ words and lists need no library, and the reader checks what was written.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -25,7 +26,9 @@ from typing import Any
 
 from felab.calibrate import fit
 from felab.calibrate.plan import Measurements, Plan
-from felab.calibrate.probes import FOLLOW_UP_MAX_TOKENS
+from felab.calibrate.probes import FOLLOW_UP_MAX_TOKENS, Sample
+from felab.mock_server.booking import PracticeModel, Prompt
+from felab.mock_server.config import DEFAULTS
 from felab.mock_server.profile import SCHEMA
 from felab.paths import results_dir
 from felab.targets import Target
@@ -53,6 +56,11 @@ MEANINGS: dict[str, tuple[str, str]] = {
     "cache_blocks": ("blocks", "prefix-cache capacity (0: the server reused nothing)"),
     "seats": ("", "requests served at once (llama.cpp -np); the context is split evenly between them"),
     "context_tokens": ("tokens", "the whole context (llama.cpp -c), shared by the seats"),
+    "batch_tokens": (
+        "tokens",
+        "prompt tokens prefilled in one batch (llama.cpp -b), fitted to 4 prompts sent at once; "
+        "none: each prompt's first token at the end of its own prefill",
+    ),
 }
 """Each setting a profile may hold: its unit and what it means (for the file and the table)."""
 
@@ -102,6 +110,21 @@ def prefill_points(m: Measurements) -> list[fit.Point]:
     ]
 
 
+def twin_rounds(
+    settings: dict[str, Any], delivery_ms: float, rounds: list[list[Sample]], batch: int | None
+) -> list[list[float]]:
+    """Each round's TTFTs (ms, sorted) as the twin books them: its prompts (their uncached tokens,
+    their replies) sent at once to a fresh practice-server model with these settings and
+    `batch_tokens` `batch`, the practice server's own delivery time added back."""
+    s = dataclasses.replace(DEFAULTS, **{**settings, "batch_tokens": batch})
+    out = []
+    for r in rounds:
+        model = PracticeModel(s)
+        got = [model.book(Prompt(x.uncached, ()), max(x.output_tokens, 1), 0.0, 0.0) for x in r]
+        out.append(sorted(delivery_ms + 1000 * b.ttft_s for b in got))
+    return out
+
+
 def decode_settings(m: Measurements, intervals: dict[int, float]) -> dict[str, float]:
     """decode_tps, decode_slowdown (streams at once) and decode_context_ns (replies after the
     openings, against the one stream alone after a short prompt)."""
@@ -139,8 +162,6 @@ def build(
     cache = fit.cache_finding(warm, cold_open)
     cold_rounds = [r for r in m.together if all((s.cached_tokens or 0) < 0.1 * s.prompt_tokens for s in r)]
     rounds = [[s.ttft_ms for s in r] for r in cold_rounds]
-    together_tokens = m.together[0][0].prompt_tokens if m.together else plan.together_tokens
-    shared, shared_err = fit.sharing(rounds, prefill.predict_ms(together_tokens), prefill.overhead_ms)
     gaps = {k: [t for s in got if (t := s.tpot_ms) is not None] for k, got in m.decode.items()}
     intervals = {k: fit.median(v) for k, v in gaps.items() if v}
 
@@ -171,6 +192,12 @@ def build(
         settings["seats"] = facts.seats
     if facts.seat_context:
         settings["context_tokens"] = facts.seat_context * (facts.seats or 1)
+    batch, batch_err, twin_ms = (
+        fit.batch_tokens(rounds, lambda b: twin_rounds(settings, delivery_ms, cold_rounds, b))
+        if rounds
+        else (None, 0.0, [])
+    )
+    settings["batch_tokens"] = "none" if batch is None else batch  # TOML has no null: the flag's word
 
     residuals = [abs(r) for r in prefill.residuals_pct]
     about = {
@@ -202,9 +229,11 @@ def build(
             "per_prompt_token_us": fit.sig(per_prompt_us, 2),
             "cache_reuse": cache.reuse,
             "cache_evidence": cache.evidence,
-            "prefill_together": shared,
-            "prefill_together_error_pct": fit.sig(shared_err, 2),
             "together_ttft_ms": [round(t) for r in rounds for t in sorted(r)],
+            "together_twin_ms": [round(t) for r in twin_ms for t in r],
+            "batch_tokens_error_pct": fit.sig(batch_err, 2)
+            if rounds
+            else "unknown (the prompts were cached)",
             "decode_interval_ms": {str(k): fit.sig(v) for k, v in intervals.items()},
             "prompt_tokens_seen": [s.prompt_tokens for s in cold],
         },

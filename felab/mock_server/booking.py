@@ -31,7 +31,7 @@ from typing import Any
 from felab.mock_server.config import Settings
 from felab.mock_server.fleet import Fleet, Replica, Weights
 from felab.mock_server.seats import Seat, Seats
-from felab.mock_server.timing import Prefill
+from felab.mock_server.timing import BatchedPrefill, BatchLane, Prefill
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,9 @@ class PracticeModel:
         if settings.seats is not None:
             for r in self.fleet.replicas:
                 r.seats = Seats(settings.seats, by_prefix=settings.cache_mode == "seat-prefix")
+        if settings.batch_tokens is not None:  # first tokens at the end of batches (timing.py)
+            for r in self.fleet.replicas:
+                r.lane = BatchLane(settings.batch_tokens)
         self.ids = itertools.count()
         self.live: dict[str, Booking] = {}
         """Bookings whose reply is not over, in the order they were booked."""
@@ -157,9 +160,9 @@ class PracticeModel:
         else:  # seat-prefix: what its seat's last prompt shares with it; llama.cpp reads one token
             uncached = max(prompt.tokens - reused * replica.cache.block_tokens, min(prompt.tokens, 1))
         cached = prompt.tokens - uncached
-        prefill = replica.lane.book(admission, self.timing.prefill_s(uncached, cached), now)
-        if self.settings.cache_mode == "blocks":
-            replica.cache.insert(prompt.keys, used_at=prefill.end)
+        prefill = replica.lane.book(admission, self.timing.prefill_s(uncached, cached), now, uncached)
+        if self.settings.cache_mode == "blocks":  # (batched, prefill.end may move later, by less than
+            replica.cache.insert(prompt.keys, used_at=prefill.end)  # a batch: the TTL starts that early)
         interval = self.timing.token_interval_s(self.streams(replica, prefill.end), prompt.tokens)
         rid = f"{next(self.ids)}"
         tokens = prompt.tokens
@@ -167,6 +170,8 @@ class PracticeModel:
         b.seat, b.ready = seat, ready
         if replica.seats is not None and seat is not None:
             replica.seats.hold(seat, admission, b.reply_end, prompt.keys)
+            if isinstance(prefill, BatchedPrefill) and prefill.fill:  # it joined others' last batch
+                self._rehold(self._batch_mates(replica, prefill))
         self.live[b.rid] = b
         replica.active_tokens += prompt.tokens + reply_tokens
         replica.stats.admit(prompt.tokens, cached)
@@ -246,7 +251,31 @@ class PracticeModel:
             if (b := waiting.get(id(prefill))) is not None and replica.seats is not None:
                 replica.seats.hold(seated[id(prefill)], prefill.ready_at, b.reply_end, b.keys)
 
-        return replica.lane.reflow(now, admit, hold)
+        moved = replica.lane.reflow(now, admit, hold)
+        if self.settings.batch_tokens is not None:  # a prompt placed later may move a reply's end
+            self._rehold(mine)
+        return moved
+
+    def _batch_mates(self, replica: Replica, prefill: BatchedPrefill) -> list[Booking]:
+        """The live bookings on `replica` whose last prompt token is in the batch `prefill` just
+        joined (their first tokens moved later): the latest booked there, so found from the end."""
+        mates = []
+        for b in reversed(self.live.values()):
+            if b.replica is replica:
+                if not isinstance(b.prefill, BatchedPrefill) or b.prefill.batch is not prefill.joined:
+                    break
+                mates.append(b)
+        return mates
+
+    @staticmethod
+    def _rehold(bookings: list[Booking]) -> None:
+        """A seat is held until its reply ends: when a prompt joins the batch holding the last
+        tokens of earlier ones, their first tokens, and so their replies' ends, come later. (In a
+        reseat, a request admitted to a seat before a later join moved its holder's end keeps
+        that admission: joins need a prompt ready before the batch forms, so this is rare.)"""
+        for b in bookings:
+            if b.seat is not None:
+                b.seat.free_at = max(b.seat.free_at, b.reply_end)
 
     def _release(self, ghost: Booking, now: float) -> bool:
         """Cut a hung-up prompt's lane time to what it used by `now` and what live prompts booked

@@ -117,6 +117,12 @@ class Settings:
         "for a seat, and each seat has --context-tokens / seats of context; `none`: no limit",
         low=1, words={"none": None}, column="seats",
     )  # fmt: skip
+    batch_tokens: int | None = setting(
+        None, "prompt tokens prefilled in one batch (llama.cpp -b): a prompt's first token comes when "
+        "the batch holding its last token is done, and that batch is filled with the prompts waiting "
+        "behind it; `none`: each prompt's first token comes when its own prefill ends",
+        low=1, words={"none": None}, column="batch tokens",
+    )  # fmt: skip
     cache_blocks: int = setting(
         4096, "prefix-cache capacity per replica, in blocks (least recently used evicted); `unlimited`",
         low=0, words={"unlimited": UNLIMITED}, column="cache blocks",

@@ -93,6 +93,7 @@ def read_settings(path: Path) -> dict[str, Any]:
             f"or calibrate again with this one."
         )
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    values = {k: worded(k, v) for k, v in values.items()}  # TOML has no null: `batch_tokens = "none"`
     try:
         dataclasses.replace(DEFAULTS, **values)
     except (ValueError, TypeError) as exc:
@@ -109,8 +110,16 @@ PROFILE_HELP = (
 )
 
 
+def worded(name: str, value: Any) -> Any:
+    """The value a word stands for where the setting declares it (`"none"`: None), else the value."""
+    words = next(f.metadata["words"] for f in dataclasses.fields(Settings) if f.name == name)
+    return words[value.lower()] if isinstance(value, str) and value.lower() in words else value
+
+
 def spelled(value: Any) -> str:
-    """A setting's value as a flag's text (a default_map value is read as if typed)."""
+    """A setting's value as a flag's text (a default_map value is read as if typed; None: `none`)."""
+    if value is None:
+        return "none"
     if isinstance(value, tuple):
         return ",".join(map(str, value))
     return repr(value) if isinstance(value, float) else str(value)

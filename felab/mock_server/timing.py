@@ -1,6 +1,7 @@
 """The practice server's timing model: how long a real server would take.
 
     time to first token = overhead + wait (for a seat, then the prefill lane) + prefill
+                          (--batch-tokens B: until the batch holding its last token is done)
     prefill             = uncached / prefill rate
                           + max(attention_ns·1e-9 · uncached · (context before + uncached / 2),
                                 cached_token_us·1e-6 · cached)
@@ -37,8 +38,25 @@ with several slots: every stream decodes at once (at the full rate unless a
 profile sets a slowdown), so the queue for prefill, and for a seat where seats
 are limited (seats.py), is what makes a busy server's TTFT grow.
 
+Batches (`--batch-tokens B`, llama.cpp's -b; none by default). llama-server builds each
+batch of up to B prompt tokens from the waiting prompts in order, and a prompt's first
+token comes only when the batch holding its last token is done. `BatchLane` keeps the
+work first come first served (a prompt's work ends at start + seconds, and the next one's
+starts then), but a prompt's first token is the end of its last batch, which the prompts
+ready when that batch was formed fill: four 2,600-token prompts sent at once get first
+tokens at the ends of batches 2, 3, 4 and 6 (tokens 4,096, 6,144, 8,192, 10,400 of the
+10,400 in a row), not at 2,600, 5,200, 7,800 and 10,400.
+
+So a booked first token can move *later*, when a prompt arrives before its last batch is
+formed (so always while that first token is still to come); after a hang-up the prompts
+whose work is not over are placed again by the same rule (`BatchLane.place`).
+Approximations: a prompt's time (attention included) is spread evenly over its tokens, and
+the decode tokens of running streams, which llama-server puts in each batch too, are not
+counted. The router (`free_at`, `quote`) and the gauges read work, not batches.
+
 The lane is a queue of bookings with known times, not a lock: a request's
-first-token time is known when it arrives, so the server sleeps until exact
+first-token time is known when it arrives (with batches, it may still move later,
+as above: the wait for it then waits again), so the server sleeps until exact
 deadlines and the prediction is what the client sees. When a client hangs up,
 its booking gives back the time it had not used, and the prefills queued
 behind it move up (`PrefillLane.cancel`), as a real engine aborts the request.
@@ -126,6 +144,11 @@ class Prefill:
         """When its prefill is done: the time of its first token."""
         return self.start + self.seconds
 
+    @property
+    def done(self) -> float:
+        """When its work in the lane ends and the next prompt's may start (its `end`, unbatched)."""
+        return self.start + self.seconds
+
 
 class PrefillLane:
     """One prefill at a time, first come first served."""
@@ -139,8 +162,9 @@ class PrefillLane:
         """The turn this prompt would get if booked now; books nothing (a router's question)."""
         return Prefill(ready_at, seconds, max(ready_at, self.free_at))
 
-    def book(self, ready_at: float, seconds: float, now: float) -> Prefill:
-        """Book the lane for one prompt, behind every prompt booked before it."""
+    def book(self, ready_at: float, seconds: float, now: float, tokens: int = 0) -> Prefill:
+        """Book the lane for one prompt, behind every prompt booked before it (`tokens`, how
+        many it prefills, matters only to a lane that batches: `BatchLane`)."""
         while self.queue and self.queue[0].end <= now:  # over: nothing can move them any more
             self.queue.popleft()
         turn = self.quote(ready_at, seconds)
@@ -160,7 +184,7 @@ class PrefillLane:
         """Cut `turn` to the time it used by `now` or `keep_s`, whichever is longer (never longer
         than it was); one that never started and keeps nothing leaves the lane. Moves no other
         turn (`reflow` does, once, after any number of these). True if it gave time back."""
-        if turn.dropped or turn.end <= now:
+        if turn.dropped or turn.start + turn.seconds <= now:
             return False  # already prefilled: the lane time was spent
         kept = min(turn.seconds, max(now - turn.start, keep_s, 0.0))
         if kept >= turn.seconds:
@@ -196,3 +220,129 @@ class PrefillLane:
                 after(turn)
         self.free_at = self.queue[-1].end if self.queue else min(self.free_at, now)
         return moved
+
+
+# ── Batches of prompt tokens (--batch-tokens) ────────────────────────────────
+
+
+@dataclass(eq=False, slots=True)
+class Batch:
+    """One batch of prompt tokens: when it is formed (starts), how many tokens it holds, and when
+    it is done: the first token of every prompt whose last token is in it."""
+
+    start: float
+    tokens: int
+    end: float
+
+
+@dataclass(eq=False, slots=True)
+class BatchedPrefill(Prefill):
+    """A prompt's turn in a lane that batches: its first token is the end of its last batch."""
+
+    tokens: int = 1
+    """Prompt tokens it prefills; its `seconds` are spread over them evenly (an approximation)."""
+    fill: int = 0
+    """How many of them joined `joined`, the batch open when it was placed."""
+    joined: Batch | None = None
+    batch: Batch | None = None
+    """The batch holding its last token."""
+
+    @property
+    def end(self) -> float:
+        """Its first token: when the batch holding its last token is done."""
+        return self.batch.end if self.batch is not None else self.start + self.seconds
+
+
+class BatchLane(PrefillLane):
+    """A lane that prefills in batches of up to `batch_tokens` prompt tokens (llama.cpp's -b).
+
+    Work is still first come first served: a prompt's work ends at start + seconds and the next
+    prompt's starts then (`free_at` and the router's `quote` keep reading work ends). Only first
+    tokens change: each comes at the end of the batch holding the prompt's last token, and that
+    batch is filled with the tokens of the prompts that were waiting when it was formed.
+    """
+
+    def __init__(self, batch_tokens: int) -> None:
+        super().__init__()
+        self.batch_tokens = batch_tokens
+        self.open: Batch | None = None
+        """The batch holding the last booked prompt's last token: later prompts may join it."""
+
+    def book(self, ready_at: float, seconds: float, now: float, tokens: int = 0) -> Prefill:
+        while self.queue and self.queue[0].end <= now:  # its batch is done: nothing moves it
+            self.queue.popleft()
+        turn = BatchedPrefill(ready_at, seconds, 0.0, tokens=max(tokens, 1))
+        self.open = self.place(turn, self.free_at, self.open, ready_at)
+        self.queue.append(turn)
+        self.free_at = turn.done
+        return turn
+
+    def place(
+        self, turn: BatchedPrefill, free_at: float, open: Batch | None, floor: float, started: bool = False
+    ) -> Batch:
+        """Place `turn` behind a prompt whose work ends at `free_at` and whose last token is in
+        `open` (None: no batch to join), as ready at `floor` at the earliest (a turn `started`
+        keeps its start). The batch holding its last token, open to the next prompt.
+
+        It joins `open` if it was waiting when that batch was formed and the batch has room:
+        its first tokens fill the batch, whose end (the first token of every prompt ending in
+        it) moves later by their time. Its other tokens fill batches of its own; its last one
+        starts at token k0, at start + seconds · k0 / tokens (its time spread evenly)."""
+        n, s, b = turn.tokens, turn.seconds, self.batch_tokens
+        joins = open is not None and max(turn.ready_at, floor) <= open.start and open.tokens < b
+        if not started:  # joining, it starts as the prompt before it ends; else after that batch too
+            last_end = open.end if open is not None else free_at
+            turn.start = free_at if joins else max(turn.ready_at, floor, free_at, last_end)
+        turn.joined, turn.fill = open, 0
+        if joins and open is not None:
+            turn.fill = min(b - open.tokens, n)
+            open.tokens += turn.fill
+            open.end = turn.start + s * turn.fill / n
+            if turn.fill == n:  # all of it in that batch: its first token is that batch's end
+                turn.batch = open
+                return open
+        k0 = turn.fill + b * ((n - turn.fill - 1) // b)
+        turn.batch = Batch(turn.start + s * k0 / n, n - k0, turn.start + s)
+        return turn.batch
+
+    def shorten(self, turn: Prefill, now: float, keep_s: float = 0.0) -> bool:
+        """As the plain lane's; the tokens it prefills shrink with its seconds (spread evenly)."""
+        seconds = turn.seconds
+        if not super().shorten(turn, now, keep_s):
+            return False
+        if isinstance(turn, BatchedPrefill):
+            turn.tokens = max(1, round(turn.tokens * turn.seconds / seconds))
+        return True
+
+    def reflow(
+        self,
+        now: float,
+        before: Callable[[Prefill], None] | None = None,
+        after: Callable[[Prefill], None] | None = None,
+    ) -> list[Prefill]:
+        """Place again, with `place`, every prompt whose work is not over by `now` (one started
+        keeps its start; `before`/`after` as the plain lane's, for those not started). Their
+        joins are undone first, the last first, so that each batch holds only the tokens of the
+        prompts before them. The turns whose start or first token moved."""
+        turns = [t for t in self.queue if isinstance(t, BatchedPrefill)]  # every one of them is
+        was = [(t.start, t.end) for t in turns]
+        first = next((i for i, t in enumerate(turns) if t.done >= now), len(turns))
+        for t in reversed(turns[first:]):  # (each end is set again by the turn placed last in it)
+            if t.fill and t.joined is not None:
+                t.joined.tokens -= t.fill
+        prior = turns[first - 1] if first else None
+        free_at, open = (prior.done, prior.batch) if prior else (now, turns[0].joined if turns else None)
+        for t in turns[first:]:
+            if t.dropped:
+                continue
+            started = t.start <= now
+            if before and not started:
+                before(t)
+            open = self.place(t, free_at, open, -math.inf if started else now, started)
+            free_at = t.done
+            if after and not started:
+                after(t)
+        self.queue = deque(t for t in turns if not t.dropped)
+        self.free_at = self.queue[-1].done if self.queue else min(self.free_at, now)
+        self.open = open if self.queue else None
+        return [t for t, w in zip(turns, was, strict=True) if not t.dropped and (t.start, t.end) != w]

@@ -10,7 +10,10 @@ the fleet routes, the replica's cache is looked up and its blocks inserted, the 
 lane gives the prompt its turn, blocks expire after `--cache-ttl` seconds of *trace*
 time. Nothing sleeps: the clock jumps from one event to the next, so an hour of traffic
 takes seconds. As live, a request finds the blocks of every prompt booked before it on
-its replica (the lane is first come first served).
+its replica (the lane is first come first served). With `--batch-tokens`, a request's
+first token may still move later while its last batch is not formed (timing.py): it is
+tallied once a request arrives after that batch began, and its reply retires at its end
+as it is by then.
 
 Memory. A request is held from its booking until its reply ends in trace time, then
 retired (`PracticeModel.finish`), as the live server does. A fleet that keeps up holds
@@ -32,6 +35,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
+from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -51,33 +55,57 @@ def reply_end(booking: Booking) -> float:
     return booking.token_at(max(booking.reply_tokens - 1, 0))
 
 
+def final(booking: Booking, now: float) -> bool:
+    """Whether its first token can no longer move: a prompt booked from `now` on is ready after
+    its last batch was formed, so cannot join it (--batch-tokens: timing.py)."""
+    batch = getattr(booking.prefill, "batch", None)
+    return batch is None or batch.start < now
+
+
+def count(tally: Tally, booking: Booking, now: float, session: str | None) -> None:
+    """Tally one request that arrived at `now`, once its first token is final."""
+    tally.add(
+        now,
+        booking.prompt_tokens,
+        booking.cached_tokens,
+        booking.ttft_s,
+        queue_s=booking.queue_s,
+        replica=booking.replica.index,
+        session=session,
+    )
+
+
 def replay(
     path: Path, requests: Iterable[TraceRequest], settings: Settings, speed: float = 1.0
 ) -> tuple[Tally, list[int], float]:
     """Book every request in the model; the tally, the requests each replica served, and wall seconds."""
     model, tally = PracticeModel(settings), Tally()
-    block = settings.block_tokens
+    block, batched = settings.block_tokens, settings.batch_tokens is not None
     ends: list[tuple[float, int, Booking]] = []  # replies still running, the soonest first
+    pending: deque[tuple[Booking, float, str | None]] = deque()  # batched: first tokens not final
     order = itertools.count()
     t0 = time.perf_counter()
     for request in requests:
         check_blocks(path, request, block)
         now = request.arrival_s / speed
         while ends and ends[0][0] <= now:
-            model.finish(heapq.heappop(ends)[2])
+            booking = heapq.heappop(ends)[2]
+            if batched and reply_end(booking) > now:  # a prompt joined its last batch: it ends later
+                heapq.heappush(ends, (reply_end(booking), next(order), booking))
+            else:
+                model.finish(booking)
+        while pending and final(pending[0][0], now):
+            count(tally, *pending.popleft())
         booking = model.book(prompt_of(request, block), request.output_tokens, now, now)
-        tally.add(
-            now,
-            request.input_tokens,
-            booking.cached_tokens,
-            booking.ttft_s,
-            queue_s=booking.queue_s,
-            replica=booking.replica.index,
-            session=request.session,
-        )
+        if batched:
+            pending.append((booking, now, request.session))  # not the request: its ids may go
+        else:
+            count(tally, booking, now, request.session)
         booking.keys = ()  # only a hang-up reads them again (PracticeModel.cancel); a replay never hangs up
         heapq.heappush(ends, (reply_end(booking), next(order), booking))
         tally.in_flight_max = max(tally.in_flight_max or 0, len(ends))
+    for waiting in pending:
+        count(tally, *waiting)
     wall = time.perf_counter() - t0
     tally.lane_uncached = [r.stats.prompt_tokens - r.stats.hits for r in model.fleet.replicas]
     return tally, [r.stats.requests for r in model.fleet.replicas], wall

@@ -1,0 +1,247 @@
+"""--batch-tokens: a prompt's first token comes at the end of the batch holding its last token.
+
+The lane first, with no clock: every time is told, and every expected time is worked out by
+hand at 10,000 prompt tokens/s (0.1 ms a token), so a time in seconds is a token count / 10,000.
+With batches of 2,048, four 2,600-token prompts sent at once are 10,400 tokens in a row: their
+last tokens (2,599, 5,199, 7,799 and 10,399) are in batches 2, 3, 4 and 6, which end at tokens
+4,096, 6,144, 8,192 and 10,400. Then the booking core (seats held until the later reply ends)
+and a virtual replay (a TTFT is tallied once it is final).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import openai
+import pytest
+
+from felab.mock_server.booking import PracticeModel, Prompt
+from felab.mock_server.config import Settings
+from felab.mock_server.launch import practice_server
+from felab.mock_server.timing import BatchedPrefill, BatchLane, Prefill, PrefillLane
+from felab.replay import trace, virtual
+
+TPS = 10_000.0
+
+
+def at(tokens: float) -> float:
+    """The time, in seconds, at which the lane has prefilled this many tokens from 0."""
+    return tokens / TPS
+
+
+def book(lane: PrefillLane, *tokens: int, ready: float = 0.0) -> list[Prefill]:
+    return [lane.book(ready, n / TPS, now=ready, tokens=n) for n in tokens]
+
+
+def ends(turns: list[Prefill]) -> list[float]:
+    return [round(t.end * TPS, 6) for t in turns]  # in tokens, exact to float rounding
+
+
+# ── The lane ────────────────────────────────────────────────────────────────
+
+
+def test_four_long_prompts_at_once_get_the_ends_of_batches_2_3_4_and_6() -> None:
+    lane = BatchLane(2048)
+    turns = book(lane, 2600, 2600, 2600, 2600)
+    assert ends(turns) == [4096, 6144, 8192, 10400]
+    assert [t.start for t in turns] == pytest.approx([at(0), at(2600), at(5200), at(7800)])  # work: FIFO
+    assert lane.free_at == pytest.approx(at(10400))
+
+
+def test_one_prompt_after_another_without_batches() -> None:
+    lane = PrefillLane()
+    assert ends(book(lane, 2600, 2600, 2600, 2600)) == [2600, 5200, 7800, 10400]
+
+
+def test_a_batch_of_one_token_is_one_prompt_after_another() -> None:
+    lane = BatchLane(1)  # no batch has room for a second prompt: the plain lane's times
+    assert ends(book(lane, 2600, 2600, 2600, 2600)) == [2600, 5200, 7800, 10400]
+
+
+def test_short_prompts_share_one_batch_and_one_first_token() -> None:
+    lane = BatchLane(2048)
+    assert ends(book(lane, 100, 100, 100, 100, 100)) == [500] * 5
+    lane = BatchLane(2048)  # the third only starts in the first batch: its rest makes its own
+    assert ends(book(lane, 1000, 1000, 1000)) == [2048, 2048, 3000]
+
+
+def test_a_prompt_ready_before_the_last_batch_is_formed_joins_it_and_moves_its_first_tokens() -> None:
+    lane = BatchLane(2048)
+    turns = book(lane, 2600, 2600, 2600, 2600)  # the last batch: tokens 10,240 to 10,400
+    late = lane.book(at(10_000), at(100), now=at(10_000), tokens=100)  # waiting at 10,240
+    assert ends([*turns, late]) == [4096, 6144, 8192, 10500, 10500]
+    assert late.start == pytest.approx(at(10400))
+
+
+def test_a_prompt_ready_after_the_last_batch_is_formed_waits_for_it() -> None:
+    lane = BatchLane(2048)
+    turns = book(lane, 2600, 2600, 2600, 2600)
+    late = lane.book(at(10_300), at(100), now=at(10_300), tokens=100)  # the batch began at 10,240
+    assert ends([*turns, late]) == [4096, 6144, 8192, 10400, 10500]
+    assert late.start == pytest.approx(at(10400))
+
+
+def test_a_prompt_after_an_idle_lane_opens_its_own_batches() -> None:
+    lane = BatchLane(2048)
+    book(lane, 2600)
+    (late,) = book(lane, 5000, ready=1.0)
+    assert late.start == 1.0 and late.end == pytest.approx(1.0 + at(5000))
+
+
+# ── Hang-ups: the turns not in a formed batch are placed again by the same rule ──
+
+
+def test_a_waiting_prompt_that_hangs_up_leaves_and_the_rest_are_batched_again() -> None:
+    lane = BatchLane(2048)
+    a, b, c, d = book(lane, 2600, 2600, 2600, 2600)
+    assert lane.cancel(b, now=at(1000)) == [c, d]
+    assert b.dropped and list(lane.queue) == [a, c, d]
+    assert ends([a, c, d]) == [4096, 6144, 7800]  # as if b had never come
+    assert lane.free_at == pytest.approx(at(7800))
+
+
+def test_a_prompt_that_hangs_up_half_way_keeps_its_tokens_and_the_rest_fill_in_behind() -> None:
+    lane = BatchLane(2048)
+    a, b, c, d = book(lane, 2600, 2600, 2600, 2600)
+    assert lane.cancel(a, now=at(1000)) == [a, b, c, d]
+    assert isinstance(a, BatchedPrefill) and a.tokens == 1000 and a.seconds == pytest.approx(at(1000))
+    # a's only batch was formed at 0: b cannot join it and opens its own at 1,000, so the
+    # batches run from there: [1000, 3048), [3048, 5096), [5096, 7144), [7144, 8800), holding
+    # the last tokens of b (3,599), c (6,199) and d (8,799)
+    assert ends([b, c, d]) == [5096, 7144, 8800]
+    assert [t.start for t in (b, c, d)] == pytest.approx([at(1000), at(3600), at(6200)])
+
+
+def test_a_hang_up_gives_back_the_place_it_took_in_a_batch_formed_before_it() -> None:
+    lane = BatchLane(2048)
+    a, b = book(lane, 2600, 2600)  # b's first 1,496 tokens in a's last batch: a's first token at 4,096
+    c = lane.book(at(2100), at(100), now=at(2100), tokens=100)  # ready after a's last batch formed
+    assert ends([a, b, c]) == [4096, 5300, 5300]
+    lane.cancel(b, now=at(2200))  # b leaves: a's batch holds a's tokens only, c waits for its end
+    assert ends([a, c]) == [2600, 2700] and c.start == pytest.approx(at(2600))
+
+
+def test_a_hang_up_after_the_last_batch_is_formed_moves_nothing_back_into_it() -> None:
+    lane = BatchLane(2048)
+    a, b = book(lane, 2600, 2600)  # b's last batch: tokens 4,096 to 5,200
+    c = lane.book(at(4500), at(100), now=at(4500), tokens=100)  # too late for it: its own batch
+    assert ends([a, b, c]) == [4096, 5200, 5300]
+    assert lane.cancel(a, now=at(4600)) == []  # a's work is over: nothing to give back
+    lane.reflow(now=at(4600))
+    assert ends([a, b, c]) == [4096, 5200, 5300]
+
+
+# ── The booking core ─────────────────────────────────────────────────────────
+
+
+def batched(**more: object) -> PracticeModel:
+    s = Settings(prefill_tps=TPS, overhead_ms=0.0, batch_tokens=2048, **more)  # type: ignore[arg-type]
+    return PracticeModel(s)
+
+
+def prompt(n: int, i: int) -> Prompt:
+    return Prompt(n, [1000 * i + k for k in range(n // 64)])  # nothing shared between them
+
+
+def test_the_model_books_batched_first_tokens_and_none_keeps_the_plain_lane() -> None:
+    model = batched()
+    bookings = [model.book(prompt(2600, i), 4, 0.0, 0.0) for i in range(4)]
+    assert [round(b.ttft_s * TPS, 6) for b in bookings] == [4096, 6144, 8192, 10400]
+    assert type(PracticeModel(Settings()).fleet.replicas[0].lane) is PrefillLane
+
+
+def test_a_seat_is_held_until_the_reply_end_a_later_prompt_moved() -> None:
+    model = batched(seats=4)
+    first = model.book(prompt(2600, 0), 4, 0.0, 0.0)
+    assert first.seat is not None and first.seat.free_at == pytest.approx(first.reply_end)
+    was = first.reply_end
+    model.book(prompt(2600, 1), 4, 0.0, 0.0)  # joins first's last batch: first's reply ends later
+    assert first.reply_end > was
+    assert first.seat.free_at == pytest.approx(first.reply_end)
+
+
+def test_a_hang_up_in_the_model_re_batches_the_prompts_behind_it() -> None:
+    model = batched()
+    a, b, c, d = (model.book(prompt(2600, i), 4, 0.0, 0.0) for i in range(4))
+    assert model.cancel(b, now=at(1000))  # waiting: it leaves, and those behind it move
+    assert [round(x.ttft_s * TPS, 6) for x in (a, c, d)] == [4096, 6144, 7800]
+
+
+def test_a_hang_up_with_seats_and_batches_gives_the_seat_and_the_lane_back() -> None:
+    model = batched(seats=2)
+    a, b, c = (model.book(prompt(2600, i), 4, 0.0, 0.0) for i in range(3))  # c waits for a seat
+    assert c.prefill.ready_at == pytest.approx(a.reply_end)
+    model.cancel(a, now=at(1000))  # a hangs up half way: c takes its seat at once
+    assert c.prefill.ready_at == pytest.approx(at(1000))
+    # b starts at 1,000 (a's batch, formed at 0, takes no more), c joins b's last batch
+    assert [round(x.ttft_s * TPS, 6) for x in (b, c)] == [5096, 6200]
+    assert c.seat is not None and c.seat.free_at == pytest.approx(c.reply_end)
+
+
+# ── Virtual replay: a TTFT is tallied once no later prompt can move it ──────
+
+
+def test_a_replay_counts_the_batched_first_tokens(tmp_path: Path) -> None:
+    ids = [list(range(100 * i, 100 * i + 41)) for i in range(4)]  # 2,600 tokens: 40 full blocks
+    rows = [{"timestamp": 0, "input_length": 2600, "output_length": 4, "hash_ids": i} for i in ids]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    s = Settings(block_tokens=64, prefill_tps=TPS, overhead_ms=0.0, batch_tokens=2048)
+    tally, _, _ = virtual.replay(path, trace.read_trace(path), s)
+    assert sorted(round(t * TPS, 6) for t in tally.ttft_s) == [4096, 6144, 8192, 10400]
+
+
+def test_a_replay_retires_a_reply_at_its_moved_end(tmp_path: Path) -> None:
+    # The first reply was booked to end at ~0.27 s (first token at 2,600 tokens), then moved to
+    # ~0.42 s (4,096) by the second prompt: at 0.3 s, when a fifth request comes, it still runs.
+    rows = [
+        {"timestamp": 0, "input_length": 2600, "output_length": 4, "hash_ids": [2 * i, 2 * i + 1]}
+        for i in range(4)
+    ]
+    rows.append({"timestamp": 300, "input_length": 100, "output_length": 4, "hash_ids": [9]})
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    s = Settings(block_tokens=2048, prefill_tps=TPS, overhead_ms=0.0, batch_tokens=2048)
+    tally, _, _ = virtual.replay(path, trace.read_trace(path), s)
+    assert tally.in_flight_max == 5  # retired at its booked end, the first would leave 4
+
+
+# ── Live: a real practice server and real clients ───────────────────────────
+
+
+def first_token_s(url: str, text: str, start: threading.Barrier, got: list[float]) -> None:
+    api = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=30)
+    start.wait()
+    t0 = time.monotonic()
+    for chunk in api.chat.completions.create(
+        model="felab-practice", messages=[{"role": "user", "content": text}], stream=True, max_tokens=2
+    ):
+        if chunk.choices and chunk.choices[0].delta.content:
+            got.append(time.monotonic() - t0)
+            return
+
+
+def test_a_live_server_sends_first_tokens_at_the_ends_of_the_batches() -> None:
+    # 4 prompts of ~2,600 tokens sent at once, 0.1 ms a token, no overhead: one after another
+    # gives ~0.26, 0.52, 0.78, 1.04 s; batches of 2,048, ~0.41, 0.61, 0.82, 1.04 s. The first
+    # request's first token was booked at ~0.26 s, then moved later by the second: its wait
+    # must wait again. The server never sends a token early (2 ms at most), so the lower
+    # bounds are firm; the upper ones leave a loaded 2-core machine 0.3 s.
+    texts = [f"{i} " + "word " * 2_070 for i in range(4)]  # ~2,600 tokens at 4 characters a token
+    got: list[float] = []
+    start = threading.Barrier(4)
+    flags = ("--batch-tokens", "2048", "--prefill-tps", "10000", "--overhead-ms", "0")
+    with practice_server(*flags) as url:
+        threads = [threading.Thread(target=first_token_s, args=(url, t, start, got)) for t in texts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    first, second, third, last = sorted(got)
+    assert 0.39 <= first <= 0.41 + 0.3, got  # one after another would give ~0.26
+    assert 0.59 <= second <= 0.61 + 0.3, got
+    assert 0.80 <= third <= 0.82 + 0.3, got
+    assert 1.02 <= last <= 1.04 + 0.3, got
