@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
-from felab.mock_server.fidelity import LeanConnection, body, server_process
+from felab.mock_server.fidelity import LeanConnection, body, floor_rows, in_a_stall, server_process
 from felab.mock_server.floor import FLOOR_TTFT_S
 from felab.paths import KIT_ROOT
 
@@ -63,3 +66,47 @@ def test_the_floor_server_answers_as_the_bench_expects() -> None:
         measured, predicted, chunks = asyncio.run(one(url))
     assert predicted == FLOOR_TTFT_S * 1000 and chunks == 1
     assert measured >= predicted  # it never answers before its time
+
+
+def test_the_stall_watcher_sees_the_machine_stop_it() -> None:
+    # A stopped process is what a paused machine looks like from inside: stopped for 150 ms
+    # (SIGSTOP, SIGCONT), the watcher reports one stall at least that long, overlapping the
+    # stop. Lower bounds only: a busy machine can make it longer, never shorter.
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "felab.mock_server.stalls"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1.0)  # started, and sleeping in its loop
+    stopped = time.monotonic()
+    os.kill(watcher.pid, signal.SIGSTOP)
+    time.sleep(0.15)
+    os.kill(watcher.pid, signal.SIGCONT)
+    resumed = time.monotonic()
+    time.sleep(0.1)
+    out, _ = watcher.communicate(timeout=10)
+    stalls = [tuple(map(float, line.split())) for line in out.splitlines()]
+    assert any(end - start >= 0.14 and start < resumed and end > stopped for start, end in stalls), stalls
+
+
+def test_the_floor_phase_leaves_out_the_requests_in_flight_during_a_stall_for_both_servers() -> None:
+    def record(server: str, sent_at: float, error_ms: float) -> dict:
+        return {
+            "server": server,
+            "streams": 64,
+            "sent_at": sent_at,
+            "measured_ms": 50 + error_ms,
+            "predicted_ms": 50,
+        }
+
+    calm = [record(name, t, 1.0) for name in ("practice", "floor") for t in range(0, 100)]
+    caught = [record("practice", 1000.0, 40.0)] * 5 + [record("floor", 2000.0, 30.0)] * 5  # in a stall
+    stalls = [(1000.02, 1000.06), (2000.01, 2000.04)]
+    (row,) = floor_rows(calm + caught, stalls)
+    assert row["requests"] == 105 and row["left_out"] == 5
+    assert row["practice_p99_ms"] == row["floor_p99_ms"] == 1.0  # both left out: the calm ones remain
+    (kept,) = floor_rows(calm + caught)  # no stalls seen: every request counts
+    assert kept["practice_p99_ms"] > 1.0 and kept["floor_p99_ms"] > 1.0
+    assert in_a_stall(record("floor", 999.99, 1.0), stalls)  # in flight from 999.99 to 1000.04
+    assert not in_a_stall(record("floor", 999.0, 1.0), stalls)

@@ -92,6 +92,11 @@ class OnTime:
             self._alarm(self.due[0][0] - EARLY_S)
 
     def _alarm(self, at: float) -> None:
+        if at >= self.alarm and self.thread is not None:
+            # Set already, as early or earlier: no lock (most calls, at 64 streams). Read without
+            # the lock, `alarm` may be stale only just after the thread woke, and the thread then
+            # has the loop look again (`_look`), which sets the alarm anew.
+            return
         with self.changed:
             if at < self.alarm:
                 self.alarm = at
