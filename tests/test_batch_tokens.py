@@ -47,7 +47,8 @@ def test_four_long_prompts_at_once_get_the_ends_of_batches_2_3_4_and_6() -> None
     lane = BatchLane(2048)
     turns = book(lane, 2600, 2600, 2600, 2600)
     assert ends(turns) == [4096, 6144, 8192, 10400]
-    assert [t.start for t in turns] == pytest.approx([at(0), at(2600), at(5200), at(7800)])  # work: FIFO
+    # each starts in the first batch that holds any of its tokens
+    assert [t.start for t in turns] == pytest.approx([at(0), at(2048), at(4096), at(6144)])
     assert lane.free_at == pytest.approx(at(10400))
 
 
@@ -73,7 +74,7 @@ def test_a_prompt_ready_before_the_last_batch_is_formed_joins_it_and_moves_its_f
     turns = book(lane, 2600, 2600, 2600, 2600)  # the last batch: tokens 10,240 to 10,400
     late = lane.book(at(10_000), at(100), now=at(10_000), tokens=100)  # waiting at 10,240
     assert ends([*turns, late]) == [4096, 6144, 8192, 10500, 10500]
-    assert late.start == pytest.approx(at(10400))
+    assert late.start == pytest.approx(at(10240))  # in the last batch, from its start
 
 
 def test_a_prompt_ready_after_the_last_batch_is_formed_waits_for_it() -> None:
@@ -82,6 +83,20 @@ def test_a_prompt_ready_after_the_last_batch_is_formed_waits_for_it() -> None:
     late = lane.book(at(10_300), at(100), now=at(10_300), tokens=100)  # the batch began at 10,240
     assert ends([*turns, late]) == [4096, 6144, 8192, 10400, 10500]
     assert late.start == pytest.approx(at(10400))
+
+
+def test_batches_take_the_waiting_prompts_by_seat_not_by_arrival() -> None:
+    # llama.cpp walks its slots in order when it fills a batch: a prompt that came second but sits
+    # in the first seat is prefilled first (as measured on llama-server: after earlier work left
+    # the seats in another order, the first of 4 prompts sent at once got its first token last
+    # but one). b, in seat 0, takes the first batch; a, in seat 1, what is left of the second.
+    lane = BatchLane(2048)
+    a = lane.book(0.0, at(2600), now=0.0, tokens=2600, rank=1)
+    b = lane.book(0.0, at(2600), now=0.0, tokens=2600, rank=0)
+    assert ends([a, b]) == [5200, 4096]
+    assert [a.start, b.start] == pytest.approx([at(2048), 0.0])
+    lane = BatchLane(2048)  # no seats: the rank is the arrival, first come first served
+    assert ends(book(lane, 2600, 2600)) == [4096, 5200]
 
 
 def test_a_prompt_after_an_idle_lane_opens_its_own_batches() -> None:
@@ -106,13 +121,13 @@ def test_a_waiting_prompt_that_hangs_up_leaves_and_the_rest_are_batched_again() 
 def test_a_prompt_that_hangs_up_half_way_keeps_its_tokens_and_the_rest_fill_in_behind() -> None:
     lane = BatchLane(2048)
     a, b, c, d = book(lane, 2600, 2600, 2600, 2600)
-    assert lane.cancel(a, now=at(1000)) == [a, b, c, d]
-    assert isinstance(a, BatchedPrefill) and a.tokens == 1000 and a.seconds == pytest.approx(at(1000))
-    # a's only batch was formed at 0: b cannot join it and opens its own at 1,000, so the
-    # batches run from there: [1000, 3048), [3048, 5096), [5096, 7144), [7144, 8800), holding
-    # the last tokens of b (3,599), c (6,199) and d (8,799)
-    assert ends([b, c, d]) == [5096, 7144, 8800]
-    assert [t.start for t in (b, c, d)] == pytest.approx([at(1000), at(3600), at(6200)])
+    assert lane.cancel(a, now=at(1000)) == [a, d]
+    # a's first batch, formed at 0, is computed whole (llama.cpp does not stop a batch under
+    # way): a keeps its 2,048 tokens and gives back the 552 of its second batch. From 2,048 the
+    # batches are b's 2,048; b's 552 and c's 1,496; c's 1,104 and d's 944; d's 1,656
+    assert isinstance(a, BatchedPrefill) and a.tokens == 2048 and a.seconds == pytest.approx(at(2048))
+    assert ends([a, b, c, d]) == [2048, 6144, 8192, 9848]
+    assert [t.start for t in (b, c, d)] == pytest.approx([at(2048), at(4096), at(6144)])
 
 
 def test_a_hang_up_gives_back_the_place_it_took_in_a_batch_formed_before_it() -> None:
@@ -120,8 +135,8 @@ def test_a_hang_up_gives_back_the_place_it_took_in_a_batch_formed_before_it() ->
     a, b = book(lane, 2600, 2600)  # b's first 1,496 tokens in a's last batch: a's first token at 4,096
     c = lane.book(at(2100), at(100), now=at(2100), tokens=100)  # ready after a's last batch formed
     assert ends([a, b, c]) == [4096, 5300, 5300]
-    lane.cancel(b, now=at(2200))  # b leaves: a's batch holds a's tokens only, c waits for its end
-    assert ends([a, c]) == [2600, 2700] and c.start == pytest.approx(at(2600))
+    lane.cancel(b, now=at(2200))  # b keeps its 1,496 tokens of the batch under way, leaves the rest
+    assert ends([a, c]) == [4096, 4196] and c.start == pytest.approx(at(4096))
 
 
 def test_a_hang_up_after_the_last_batch_is_formed_moves_nothing_back_into_it() -> None:
@@ -176,8 +191,10 @@ def test_a_hang_up_with_seats_and_batches_gives_the_seat_and_the_lane_back() -> 
     assert c.prefill.ready_at == pytest.approx(a.reply_end)
     model.cancel(a, now=at(1000))  # a hangs up half way: c takes its seat at once
     assert c.prefill.ready_at == pytest.approx(at(1000))
-    # b starts at 1,000 (a's batch, formed at 0, takes no more), c joins b's last batch
-    assert [round(x.ttft_s * TPS, 6) for x in (b, c)] == [5096, 6200]
+    # a's batch under way ends at 2,048; then the batches take the seats in order, as llama.cpp
+    # walks its slots: c, in a's seat (the first), before b: c's 2,048; c's 552 and b's 1,496;
+    # b's 1,104
+    assert [round(x.ttft_s * TPS, 6) for x in (b, c)] == [7248, 6144]
     assert c.seat is not None and c.seat.free_at == pytest.approx(c.reply_end)
 
 

@@ -160,7 +160,8 @@ class PracticeModel:
         else:  # seat-prefix: what its seat's last prompt shares with it; llama.cpp reads one token
             uncached = max(prompt.tokens - reused * replica.cache.block_tokens, min(prompt.tokens, 1))
         cached = prompt.tokens - uncached
-        prefill = replica.lane.book(admission, self.timing.prefill_s(uncached, cached), now, uncached)
+        rank = None if seat is None or replica.seats is None else replica.seats.seats.index(seat)
+        prefill = replica.lane.book(admission, self.timing.prefill_s(uncached, cached), now, uncached, rank)
         if self.settings.cache_mode == "blocks":  # (batched, prefill.end may move later, by less than
             replica.cache.insert(prompt.keys, used_at=prefill.end)  # a batch: the TTL starts that early)
         interval = self.timing.token_interval_s(self.streams(replica, prefill.end), prompt.tokens)
@@ -170,8 +171,9 @@ class PracticeModel:
         b.seat, b.ready = seat, ready
         if replica.seats is not None and seat is not None:
             replica.seats.hold(seat, admission, b.reply_end, prompt.keys)
-            if isinstance(prefill, BatchedPrefill) and prefill.fill:  # it joined others' last batch
-                self._rehold(self._batch_mates(replica, prefill))
+            if isinstance(prefill, BatchedPrefill) and isinstance(replica.lane, BatchLane):
+                prefill.holder = b  # the batches were planned again: replies may end later
+                self._rehold([t.holder for t in replica.lane.replanned if isinstance(t.holder, Booking)])
         self.live[b.rid] = b
         replica.active_tokens += prompt.tokens + reply_tokens
         replica.stats.admit(prompt.tokens, cached)
@@ -246,6 +248,8 @@ class PracticeModel:
                 seat, at, _ = replica.seats.admit(b.ready, b.keys)
                 b.seat = seated[id(prefill)] = seat  # the cache match it was booked with stays
                 prefill.ready_at = at
+                if isinstance(prefill, BatchedPrefill):  # batches take prompts by seat
+                    prefill.rank = replica.seats.seats.index(seat)
 
         def hold(prefill: Prefill) -> None:  # after: it holds that seat until its reply's new end
             if (b := waiting.get(id(prefill))) is not None and replica.seats is not None:
@@ -256,23 +260,12 @@ class PracticeModel:
             self._rehold(mine)
         return moved
 
-    def _batch_mates(self, replica: Replica, prefill: BatchedPrefill) -> list[Booking]:
-        """The live bookings on `replica` whose last prompt token is in the batch `prefill` just
-        joined (their first tokens moved later): the latest booked there, so found from the end."""
-        mates = []
-        for b in reversed(self.live.values()):
-            if b.replica is replica:
-                if not isinstance(b.prefill, BatchedPrefill) or b.prefill.batch is not prefill.joined:
-                    break
-                mates.append(b)
-        return mates
-
     @staticmethod
     def _rehold(bookings: list[Booking]) -> None:
-        """A seat is held until its reply ends: when a prompt joins the batch holding the last
-        tokens of earlier ones, their first tokens, and so their replies' ends, come later. (In a
-        reseat, a request admitted to a seat before a later join moved its holder's end keeps
-        that admission: joins need a prompt ready before the batch forms, so this is rare.)"""
+        """A seat is held until its reply ends: when the batches are planned again (a prompt came,
+        in a lower seat or before a batch formed), earlier prompts' first tokens, and so their
+        replies' ends, may come later. (In a reseat, a request admitted to a seat before a later
+        plan moved its holder's end keeps that admission: rare, and at most a batch early.)"""
         for b in bookings:
             if b.seat is not None:
                 b.seat.free_at = max(b.seat.free_at, b.reply_end)

@@ -38,21 +38,23 @@ with several slots: every stream decodes at once (at the full rate unless a
 profile sets a slowdown), so the queue for prefill, and for a seat where seats
 are limited (seats.py), is what makes a busy server's TTFT grow.
 
-Batches (`--batch-tokens B`, llama.cpp's -b; none by default). llama-server builds each
-batch of up to B prompt tokens from the waiting prompts in order, and a prompt's first
-token comes only when the batch holding its last token is done. `BatchLane` keeps the
-work first come first served (a prompt's work ends at start + seconds, and the next one's
-starts then), but a prompt's first token is the end of its last batch, which the prompts
-ready when that batch was formed fill: four 2,600-token prompts sent at once get first
-tokens at the ends of batches 2, 3, 4 and 6 (tokens 4,096, 6,144, 8,192, 10,400 of the
-10,400 in a row), not at 2,600, 5,200, 7,800 and 10,400.
+Batches (`--batch-tokens B`, llama.cpp's -b; none by default). llama-server forms a batch
+of up to B prompt tokens each time the one before it is done: it walks its seats (slots)
+in order, and each seat with prompt tokens still to read puts in as many as there is room
+for. A prompt's first token comes when the batch holding its last token is done. So four
+2,600-token prompts sent at once get first tokens at the ends of batches 2, 3, 4 and 6
+(tokens 4,096, 6,144, 8,192 and 10,400 of the 10,400 in a row), not at 2,600, 5,200, 7,800
+and 10,400; and a prompt in a lower seat goes first, whenever it came: after earlier work
+has left the seats in another order, the first prompt sent can get its first token with
+the second (measured on llama-server: 548 and 549 ms). `BatchLane` keeps the batches
+formed (history: nothing joins or leaves a batch under way) and plans the rest the same
+way, again each time a prompt comes or hangs up; with no seats, prompts go in arrival order.
 
 So a booked first token can move *later*, when a prompt arrives before its last batch is
-formed (so always while that first token is still to come); after a hang-up the prompts
-whose work is not over are placed again by the same rule (`BatchLane.place`).
-Approximations: a prompt's time (attention included) is spread evenly over its tokens, and
-the decode tokens of running streams, which llama-server puts in each batch too, are not
-counted. The router (`free_at`, `quote`) and the gauges read work, not batches.
+formed, or takes a lower seat. Approximations: a prompt's time (attention included) is
+spread evenly over its tokens, and the decode tokens of running streams, which llama-server
+puts in each batch too, are not counted. The router (`free_at`, `quote`) reads the end of
+the last planned batch; the gauges, each prompt's first batch and first token.
 
 The lane is a queue of bookings with known times, not a lock: a request's
 first-token time is known when it arrives (with batches, it may still move later,
@@ -68,6 +70,7 @@ runs live (the event loop's clock) and in a replay (a virtual clock).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 from collections.abc import Callable
@@ -162,7 +165,9 @@ class PrefillLane:
         """The turn this prompt would get if booked now; books nothing (a router's question)."""
         return Prefill(ready_at, seconds, max(ready_at, self.free_at))
 
-    def book(self, ready_at: float, seconds: float, now: float, tokens: int = 0) -> Prefill:
+    def book(
+        self, ready_at: float, seconds: float, now: float, tokens: int = 0, rank: float | None = None
+    ) -> Prefill:
         """Book the lane for one prompt, behind every prompt booked before it (`tokens`, how
         many it prefills, matters only to a lane that batches: `BatchLane`)."""
         while self.queue and self.queue[0].end <= now:  # over: nothing can move them any more
@@ -227,12 +232,12 @@ class PrefillLane:
 
 @dataclass(eq=False, slots=True)
 class Batch:
-    """One batch of prompt tokens: when it is formed (starts), how many tokens it holds, and when
-    it is done: the first token of every prompt whose last token is in it."""
+    """One batch of prompt tokens: when it is formed (starts), when it is done (the first token of
+    every prompt whose last token is in it), and the tokens of each prompt in it."""
 
     start: float
-    tokens: int
     end: float
+    parts: list[tuple[BatchedPrefill, int]]
 
 
 @dataclass(eq=False, slots=True)
@@ -241,77 +246,85 @@ class BatchedPrefill(Prefill):
 
     tokens: int = 1
     """Prompt tokens it prefills; its `seconds` are spread over them evenly (an approximation)."""
-    fill: int = 0
-    """How many of them joined `joined`, the batch open when it was placed."""
-    joined: Batch | None = None
+    rank: float = 0.0
+    """Its place when a batch takes the waiting prompts: its seat's number (llama.cpp walks its
+    slots in order), or its arrival where there are no seats."""
     batch: Batch | None = None
     """The batch holding its last token."""
+    left: int = 0
+    """Its tokens in no batch, formed or planned (while the lane plans)."""
+    holder: object = None
+    """Whose turn it is (the booking core's Booking), for those who must follow its moves."""
 
     @property
     def end(self) -> float:
         """Its first token: when the batch holding its last token is done."""
         return self.batch.end if self.batch is not None else self.start + self.seconds
 
+    @property
+    def done(self) -> float:
+        """Its work ends with its last batch."""
+        return self.end
+
 
 class BatchLane(PrefillLane):
     """A lane that prefills in batches of up to `batch_tokens` prompt tokens (llama.cpp's -b).
 
-    Work is still first come first served: a prompt's work ends at start + seconds and the next
-    prompt's starts then (`free_at` and the router's `quote` keep reading work ends). Only first
-    tokens change: each comes at the end of the batch holding the prompt's last token, and that
-    batch is filled with the tokens of the prompts that were waiting when it was formed.
+    Each batch is formed when the one before it is done (or when a prompt is ready, on an idle
+    lane), from the prompts waiting then, in order of `rank`, each giving as many of its tokens
+    as there is room for; a batch lasts as long as its parts (each prompt's time spread evenly
+    over its tokens). A batch formed is history: nothing joins or leaves it. The batches not
+    formed yet are a plan, made again from where a newcomer can change it (`_plan`).
     """
 
     def __init__(self, batch_tokens: int) -> None:
         super().__init__()
         self.batch_tokens = batch_tokens
-        self.open: Batch | None = None
-        """The batch holding the last booked prompt's last token: later prompts may join it."""
+        self.batches: deque[Batch] = deque()
+        """Formed and planned batches, in order (those done are dropped from the front)."""
+        self.arrivals = itertools.count()
+        self.replanned: list[BatchedPrefill] = []
+        """The prompts the last plan placed again (their first tokens may have moved)."""
+        self.top = (-math.inf, -math.inf)
+        """The highest rank and the latest ready time booked: a newcomer at or past both only
+        adds to the end of the plan (first come first served, and a backlog stays cheap)."""
 
-    def book(self, ready_at: float, seconds: float, now: float, tokens: int = 0) -> Prefill:
-        while self.queue and self.queue[0].end <= now:  # its batch is done: nothing moves it
+    def book(
+        self, ready_at: float, seconds: float, now: float, tokens: int = 0, rank: float | None = None
+    ) -> Prefill:
+        while self.queue and self.queue[0].end <= now:  # its last batch is done: nothing moves it
             self.queue.popleft()
-        turn = BatchedPrefill(ready_at, seconds, 0.0, tokens=max(tokens, 1))
-        self.open = self.place(turn, self.free_at, self.open, ready_at)
+        while self.batches and self.batches[0].end <= now:
+            self.batches.popleft()
+        turn = BatchedPrefill(ready_at, seconds, math.inf, tokens=max(tokens, 1))
+        turn.rank, turn.left = next(self.arrivals) if rank is None else rank, turn.tokens
+        since = max(ready_at, now)  # a batch formed before it is ready is none of its business
+        if (turn.rank, ready_at) >= self.top and self.batches:  # last in line: only the end moves
+            since = max(since, self.batches[-1].start)
+        self.top = (max(self.top[0], turn.rank), max(self.top[1], ready_at))
         self.queue.append(turn)
-        self.free_at = turn.done
+        self._plan(now, since, [turn])
         return turn
 
-    def place(
-        self, turn: BatchedPrefill, free_at: float, open: Batch | None, floor: float, started: bool = False
-    ) -> Batch:
-        """Place `turn` behind a prompt whose work ends at `free_at` and whose last token is in
-        `open` (None: no batch to join), as ready at `floor` at the earliest (a turn `started`
-        keeps its start). The batch holding its last token, open to the next prompt.
+    def quote(self, ready_at: float, seconds: float) -> Prefill:
+        return Prefill(ready_at, seconds, max(ready_at, self.free_at))  # the router's question
 
-        It joins `open` if it was waiting when that batch was formed and the batch has room:
-        its first tokens fill the batch, whose end (the first token of every prompt ending in
-        it) moves later by their time. Its other tokens fill batches of its own; its last one
-        starts at token k0, at start + seconds · k0 / tokens (its time spread evenly)."""
-        n, s, b = turn.tokens, turn.seconds, self.batch_tokens
-        joins = open is not None and max(turn.ready_at, floor) <= open.start and open.tokens < b
-        if not started:  # joining, it starts as the prompt before it ends; else after that batch too
-            last_end = open.end if open is not None else free_at
-            turn.start = free_at if joins else max(turn.ready_at, floor, free_at, last_end)
-        turn.joined, turn.fill = open, 0
-        if joins and open is not None:
-            turn.fill = min(b - open.tokens, n)
-            open.tokens += turn.fill
-            open.end = turn.start + s * turn.fill / n
-            if turn.fill == n:  # all of it in that batch: its first token is that batch's end
-                turn.batch = open
-                return open
-        k0 = turn.fill + b * ((n - turn.fill - 1) // b)
-        turn.batch = Batch(turn.start + s * k0 / n, n - k0, turn.start + s)
-        return turn.batch
+    def formed_tokens(self, turn: BatchedPrefill, now: float) -> int:
+        """How many of its tokens are in batches formed by `now` (computed, whatever happens)."""
+        later = sum(k for b in self._after(now) for t, k in b.parts if t is turn)
+        return turn.tokens - turn.left - later
 
     def shorten(self, turn: Prefill, now: float, keep_s: float = 0.0) -> bool:
-        """As the plain lane's; the tokens it prefills shrink with its seconds (spread evenly)."""
-        seconds = turn.seconds
-        if not super().shorten(turn, now, keep_s):
+        """Keep the tokens `turn` has in batches formed by `now` (a batch under way is computed
+        whole), or those `keep_s` of its time prefills, whichever are more; drop the rest."""
+        if not isinstance(turn, BatchedPrefill) or turn.dropped or turn.end <= now:
             return False
-        if isinstance(turn, BatchedPrefill):
-            turn.tokens = max(1, round(turn.tokens * turn.seconds / seconds))
+        keep = max(self.formed_tokens(turn, now), math.ceil(turn.tokens * min(1.0, keep_s / turn.seconds)))
+        if keep >= turn.tokens:
+            return False
+        turn.left -= turn.tokens - max(keep, 1)  # (below 0 until `reflow` takes back its plan)
+        turn.seconds, turn.tokens = turn.seconds * keep / turn.tokens, max(keep, 1)
+        turn.dropped = keep == 0
         return True
 
     def reflow(
@@ -320,29 +333,76 @@ class BatchLane(PrefillLane):
         before: Callable[[Prefill], None] | None = None,
         after: Callable[[Prefill], None] | None = None,
     ) -> list[Prefill]:
-        """Place again, with `place`, every prompt whose work is not over by `now` (one started
-        keeps its start; `before`/`after` as the plain lane's, for those not started). Their
-        joins are undone first, the last first, so that each batch holds only the tokens of the
-        prompts before them. The turns whose start or first token moved."""
-        turns = [t for t in self.queue if isinstance(t, BatchedPrefill)]  # every one of them is
-        was = [(t.start, t.end) for t in turns]
-        first = next((i for i, t in enumerate(turns) if t.done >= now), len(turns))
-        for t in reversed(turns[first:]):  # (each end is set again by the turn placed last in it)
-            if t.fill and t.joined is not None:
-                t.joined.tokens -= t.fill
-        prior = turns[first - 1] if first else None
-        free_at, open = (prior.done, prior.batch) if prior else (now, turns[0].joined if turns else None)
-        for t in turns[first:]:
-            if t.dropped:
-                continue
-            started = t.start <= now
-            if before and not started:
+        """Plan again from `now` (after hang-ups): `before(turn)` may move the `ready_at` of a
+        prompt with no token in a formed batch (a seat freed up), `after(turn)` sees its new
+        times. The turns whose start or first token moved."""
+        was = {id(t): (t.start, t.end) for t in self.queue}
+        self._unplan(now)
+        self.queue = deque(t for t in self.queue if not t.dropped)
+        turns = [t for t in self.queue if isinstance(t, BatchedPrefill)]
+        fresh = [t for t in turns if t.left == t.tokens]  # in no formed batch: not started
+        self._plan(now, now, turns)
+        for t in fresh:
+            if before:  # one at a time: each is admitted (a seat) seeing the ones before it held
                 before(t)
-            open = self.place(t, free_at, open, -math.inf if started else now, started)
-            free_at = t.done
-            if after and not started:
+                self._plan(now, now, turns)
+            if after:
                 after(t)
-        self.queue = deque(t for t in turns if not t.dropped)
-        self.free_at = self.queue[-1].done if self.queue else min(self.free_at, now)
-        self.open = open if self.queue else None
-        return [t for t, w in zip(turns, was, strict=True) if not t.dropped and (t.start, t.end) != w]
+        return [t for t in self.queue if not _same((t.start, t.end), was[id(t)])]
+
+    def _after(self, now: float) -> list[Batch]:
+        """The batches not formed by `now`: planned (they start at `now` or later)."""
+        i = len(self.batches)
+        while i and self.batches[i - 1].start >= now:
+            i -= 1
+        return list(itertools.islice(self.batches, i, None))
+
+    def _unplan(self, since: float) -> list[BatchedPrefill]:
+        """Drop the planned batches that start at `since` or later (never one formed before it);
+        their tokens go back to their prompts. The prompts they held."""
+        held: dict[int, BatchedPrefill] = {}
+        while self.batches and self.batches[-1].start >= since:
+            batch = self.batches.pop()
+            for t, k in batch.parts:
+                t.left += k
+                held[id(t)] = t
+                if t.batch is batch:
+                    t.batch = None
+        return list(held.values())
+
+    def _plan(self, now: float, since: float, newcomers: list[BatchedPrefill]) -> None:
+        """Plan again from `since` (batches formed by `now` stay): the prompts waiting, batch
+        after batch, as llama.cpp forms them: by rank, each as many tokens as fit."""
+        waiting = {id(t): t for t in [*self._unplan(max(since, now)), *newcomers]}
+        self.replanned = list(waiting.values())
+        for t in waiting.values():
+            if not t.left and t.batch is None:  # all its tokens in batches kept: its last one
+                t.batch = next((b for b in reversed(self.batches) if any(x is t for x, _ in b.parts)), None)
+        turns = [t for t in waiting.values() if t.left > 0 and not t.dropped]
+        for t in turns:
+            if t.left == t.tokens:
+                t.start = math.inf  # in no batch: its start is planned below
+        clock = max(now, self.batches[-1].end) if self.batches else now
+        while turns:
+            ready = sorted((t for t in turns if t.ready_at <= clock), key=lambda t: t.rank)
+            if not ready:
+                clock = min(t.ready_at for t in turns)
+                continue
+            batch, room = Batch(clock, clock, []), self.batch_tokens
+            for t in ready:
+                if (k := min(room, t.left)) <= 0:
+                    break
+                batch.parts.append((t, k))
+                batch.end += t.seconds * k / t.tokens
+                t.left, room, t.start = t.left - k, room - k, min(t.start, clock)
+                if not t.left:
+                    t.batch = batch
+            self.batches.append(batch)
+            turns = [t for t in turns if t.left > 0]
+            clock = batch.end
+        self.free_at = self.batches[-1].end if self.batches else min(self.free_at, now)
+
+
+def _same(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """The same times, but for float rounding (a batch's end is a sum of its parts, in any order)."""
+    return all(math.isclose(x, y, rel_tol=0, abs_tol=1e-9) or x == y for x, y in zip(a, b, strict=True))
