@@ -10,7 +10,9 @@ and a virtual replay (a TTFT is tallied once it is final).
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 import threading
 import time
 from pathlib import Path
@@ -262,3 +264,32 @@ def test_a_live_server_sends_first_tokens_at_the_ends_of_the_batches() -> None:
     assert 0.59 <= second <= 0.61 + 0.3, got
     assert 0.80 <= third <= 0.82 + 0.3, got
     assert 1.02 <= last <= 1.04 + 0.3, got
+
+
+# ── Random work: what must hold whatever comes and goes ──────────────────────
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_bookings_and_hang_ups_keep_the_batches_whole(seed: int) -> None:
+    # Batches never overlap or overfill; every prompt still in the lane is planned to its last
+    # token, its first token at its last batch's end; a batch formed stays as it was formed.
+    rng = random.Random(seed)
+    lane, now, turns = BatchLane(rng.choice([64, 512, 2048])), 0.0, []
+    formed: dict[int, tuple] = {}
+    for _ in range(60):
+        now += rng.random() * 0.05
+        if turns and rng.random() < 0.25:
+            lane.cancel(rng.choice(turns), now, keep_s=rng.random() * 0.02 * (rng.random() < 0.3))
+        else:
+            n, rank = rng.randint(1, 5000), rng.choice([None, 0, 1, 2, 3])
+            turns.append(lane.book(now + rng.random() * 0.03, n / TPS, now, n, rank))
+        batches = list(lane.batches)
+        for a, b in itertools.pairwise(batches):
+            assert a.end <= b.start + 1e-12
+        assert all(sum(k for _, k in b.parts) <= lane.batch_tokens for b in batches)
+        for t in lane.queue:
+            assert isinstance(t, BatchedPrefill) and t.left == 0 and t.batch is not None
+            assert t.end == t.batch.end and t.start <= t.end
+        for b in (b for b in batches if b.start < now):
+            shape = (b.start, b.end, tuple((id(t), k) for t, k in b.parts))
+            assert formed.setdefault(id(b), (b, shape))[1] == shape  # (b kept: its id stays its own)

@@ -24,6 +24,7 @@ the time this prompt is read, every earlier one has been.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -169,12 +170,16 @@ class PracticeModel:
         tokens = prompt.tokens
         b = Booking(rid, replica, tokens, cached, reply_tokens, arrival, prefill, interval, prompt.keys)
         b.seat, b.ready = seat, ready
+        self.live[b.rid] = b
         if replica.seats is not None and seat is not None:
-            replica.seats.hold(seat, admission, b.reply_end, prompt.keys)
+            replica.seats.hold(seat, admission, b.reply_end, prompt.keys, b)
             if isinstance(prefill, BatchedPrefill) and isinstance(replica.lane, BatchLane):
                 prefill.holder = b  # the batches were planned again: replies may end later
-                self._rehold([t.holder for t in replica.lane.replanned if isinstance(t.holder, Booking)])
-        self.live[b.rid] = b
+                moved = [t.holder for t in replica.lane.replanned if isinstance(t.holder, Booking)]
+                if any(x.seat is not None and x.seat.holder is not x for x in moved):
+                    self._settle(replica, now)  # a later request was admitted to its seat
+                else:
+                    self._rehold(moved)
         replica.active_tokens += prompt.tokens + reply_tokens
         replica.stats.admit(prompt.tokens, cached)
         return b
@@ -220,6 +225,9 @@ class PracticeModel:
             gave_back = any([self._release(ghost, now) for ghost in relied_on])  # each, no short cut
             self.forget_hung_up(now)
         if replica.seats is not None:  # its seat is free: those waiting for one move up
+            if isinstance(replica.lane, BatchLane):  # batches in seat order: ends may move later too
+                self._settle(replica, now)
+                return True
             return bool(self._reseat(replica, now))
         return bool(gave_back and replica.lane.reflow(now))
 
@@ -233,7 +241,7 @@ class PracticeModel:
         (a hang-up freed one); their prefills and those behind move up. The prefills that moved."""
         assert replica.seats is not None
         mine = [b for b in self.live.values() if b.replica is replica]
-        waiting = {id(b.prefill): b for b in mine if b.prefill.ready_at > now}
+        waiting = {id(b.prefill): b for b in mine if b.prefill.ready_at >= now}
         held: dict[int, float] = {}  # seat -> when the last admitted request on it is done
         for b in mine:
             if b.seat is not None and id(b.prefill) not in waiting:
@@ -253,12 +261,31 @@ class PracticeModel:
 
         def hold(prefill: Prefill) -> None:  # after: it holds that seat until its reply's new end
             if (b := waiting.get(id(prefill))) is not None and replica.seats is not None:
-                replica.seats.hold(seated[id(prefill)], prefill.ready_at, b.reply_end, b.keys)
+                replica.seats.hold(seated[id(prefill)], prefill.ready_at, b.reply_end, b.keys, b)
 
         moved = replica.lane.reflow(now, admit, hold)
         if self.settings.batch_tokens is not None:  # a prompt placed later may move a reply's end
             self._rehold(mine)
         return moved
+
+    def _settle(self, replica: Replica, now: float) -> None:
+        """Admit again the requests not started yet, until no two share a seat at once: a plan
+        that moves a reply's end later can run it past the admission of the next request on
+        its seat (its wait for the seat then moves too, and may move others: a few passes)."""
+        for _ in range(len(self.live) + 1):
+            self._reseat(replica, now)
+            spans = sorted(
+                (b.prefill.ready_at, b.reply_end, id(b.seat))
+                for b in self.live.values()
+                if b.replica is replica and b.seat is not None
+            )
+            last: dict[int, float] = {}
+            clash = False
+            for start, end, seat in spans:
+                clash = clash or start < last.get(seat, -math.inf) - 1e-9
+                last[seat] = max(last.get(seat, -math.inf), end)
+            if not clash:
+                return
 
     @staticmethod
     def _rehold(bookings: list[Booking]) -> None:

@@ -31,6 +31,8 @@ class Seat:
 
     free_at: float = 0.0
     keys: Sequence[int] = ()
+    holder: object = None
+    """The request admitted to it last (the booking core's Booking)."""
 
 
 def common_blocks(a: Sequence[int], b: Sequence[int]) -> int:
@@ -67,8 +69,10 @@ class Seats:
         best = max(range(len(free)), key=lambda i: (shared[i], -free[i].free_at))
         return free[best], at, shared[best]
 
-    def hold(self, seat: Seat, admission: float, until: float, keys: Sequence[int]) -> None:
+    def hold(
+        self, seat: Seat, admission: float, until: float, keys: Sequence[int], holder: object = None
+    ) -> None:
         """A request admitted at `admission` holds `seat` until `until` (its reply's end)."""
-        seat.free_at, self.last_admission = until, admission
+        seat.free_at, self.last_admission, seat.holder = until, admission, holder
         if self.by_prefix:
             seat.keys = keys

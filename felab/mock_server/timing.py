@@ -294,7 +294,7 @@ class BatchLane(PrefillLane):
     ) -> Prefill:
         while self.queue and self.queue[0].end <= now:  # its last batch is done: nothing moves it
             self.queue.popleft()
-        while self.batches and self.batches[0].end <= now:
+        while self.batches and all(t.end <= now for t, _ in self.batches[0].parts):  # history
             self.batches.popleft()
         turn = BatchedPrefill(ready_at, seconds, math.inf, tokens=max(tokens, 1))
         turn.rank, turn.left = next(self.arrivals) if rank is None else rank, turn.tokens
