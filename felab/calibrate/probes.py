@@ -256,8 +256,11 @@ def openings(p: Prober, lengths: list[int], suffix_tokens: int, warm: int) -> li
     cached counts land on different lengths (whole blocks show as multiples of one size)."""
     out = []
     for n, tokens in enumerate(lengths):
-        # Lengths off any round number, so that no block size divides them all by chance.
-        text = prompts.opening(p.tokens_to_chars(tokens + p.rng.randrange(5, 60)), p.rng)
+        # Lengths off any round number, spread over more than a block of the sizes in use
+        # (64 tokens at least), so that whole blocks of 32 do not all look like blocks of 64.
+        text = prompts.opening(
+            p.tokens_to_chars(tokens + p.rng.randrange(5, 5 + max(64, tokens // 8))), p.rng
+        )
         piece = p.tokens_to_chars(suffix_tokens)
         first = p.call(prompts.with_question(text, prompts.opening(piece, p.rng)))
         asked = p.rng.sample(prompts.QUESTIONS, warm)  # short and all different, as a learner's are
