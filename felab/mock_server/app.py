@@ -280,9 +280,12 @@ def create_app(settings: Settings | None = None) -> Intake:
     def state() -> ServerState:
         return app.state.felab
 
-    app = Starlette(routes=routes(settings, state), exception_handlers=ERROR_HANDLERS, lifespan=lifespan)
+    endpoints = generating(state)
+    app = Starlette(
+        routes=routes(settings, state, endpoints), exception_handlers=ERROR_HANDLERS, lifespan=lifespan
+    )
     app.state.felab = ServerState.fresh(replace(settings, fail_rate=0.0))  # the warm-up must not fail
-    wrapped = Intake(Shortcut(app, generating(state)), settings.max_body_bytes, settings.request_timeout_s)
+    wrapped = Intake(Shortcut(app, endpoints), settings.max_body_bytes, settings.request_timeout_s)
     return wrapped
 
 
@@ -340,8 +343,11 @@ def generating(state: Callable[[], ServerState]) -> dict[str, Endpoint]:
     return {"/v1/chat/completions": chat, "/v1/completions": completions}
 
 
-def routes(settings: Settings, state: Callable[[], ServerState]) -> list[Route]:
-    """The routes that generate (booked in the model) and the ones that only read or reset."""
+def routes(
+    settings: Settings, state: Callable[[], ServerState], endpoints: dict[str, Endpoint]
+) -> list[Route]:
+    """The routes that generate (`endpoints`, booked in the model) and the ones that only read or
+    reset. (Starlette serves a generating route only what `Shortcut` passes on: its 405s.)"""
 
     async def reset(request: Request) -> Response:
         """Forget every cached block of every replica, as a restart would (not from a web page)."""
@@ -349,7 +355,7 @@ def routes(settings: Settings, state: Callable[[], ServerState]) -> list[Route]:
         return JSONResponse({"cleared_blocks": state().model.reset_caches()})
 
     return [
-        *(Route(path, endpoint, methods=["POST"]) for path, endpoint in generating(state).items()),
+        *(Route(path, endpoint, methods=["POST"]) for path, endpoint in endpoints.items()),
         Route("/admin/reset", reset, methods=["POST"]),
         *info_routes(settings, state),
     ]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 CHARS_PER_TOKEN = 4
 BLOCK_TOKENS = 64
@@ -40,13 +40,19 @@ def tokenize(text: str, chars_per_token: float = CHARS_PER_TOKEN) -> list[str]:
     return [text[a:b] for a, b in itertools.pairwise(cuts) if a < len(text)]
 
 
-def block_keys(tokens: Sequence[str], block_tokens: int = BLOCK_TOKENS) -> list[int]:
-    """One key per *full* block; each key covers its block and all blocks before it."""
+def chained(blocks: Iterable[str]) -> list[int]:
+    """One key per block's text; each key covers its block and all blocks before it."""
     keys, parent = [], 0
-    for start in range(0, len(tokens) - block_tokens + 1, block_tokens):
-        parent = hash((parent, "".join(tokens[start : start + block_tokens])))
+    for text in blocks:
+        parent = hash((parent, text))
         keys.append(parent)
     return keys
+
+
+def block_keys(tokens: Sequence[str], block_tokens: int = BLOCK_TOKENS) -> list[int]:
+    """One key per *full* block of tokens (`chained`)."""
+    starts = range(0, len(tokens) - block_tokens + 1, block_tokens)
+    return chained("".join(tokens[start : start + block_tokens]) for start in starts)
 
 
 def prompt_keys(
@@ -54,14 +60,12 @@ def prompt_keys(
 ) -> tuple[int, list[int]]:
     """A prompt's length in tokens and its block keys, straight from its text: the same as
     `len(tokenize(text))` and `block_keys(tokenize(text))`, without a string per token (a block
-    is a slice of the text: 25 times faster, 47 µs for a 16,000-token prompt instead of 1.2 ms)."""
+    is a slice of the text: 66 µs for a 16,000-token prompt instead of 1.2 ms)."""
     tokens = math.ceil(len(text) / chars_per_token)
-    keys, parent = [], 0
-    for block in range(tokens // block_tokens):
-        start = int(block * block_tokens * chars_per_token)  # where tokenize() cuts
-        parent = hash((parent, text[start : int((block + 1) * block_tokens * chars_per_token)]))
-        keys.append(parent)
-    return tokens, keys
+    cuts = [
+        int(b * block_tokens * chars_per_token) for b in range(tokens // block_tokens + 1)
+    ]  # as tokenize()
+    return tokens, chained(text[a:b] for a, b in itertools.pairwise(cuts))
 
 
 class PrefixCache:

@@ -170,12 +170,16 @@ class PrefillLane:
     ) -> Prefill:
         """Book the lane for one prompt, behind every prompt booked before it (`tokens`, how
         many it prefills, matters only to a lane that batches: `BatchLane`)."""
-        while self.queue and self.queue[0].end <= now:  # over: nothing can move them any more
-            self.queue.popleft()
+        self.forget(now)
         turn = self.quote(ready_at, seconds)
         self.queue.append(turn)
         self.free_at = turn.end
         return turn
+
+    def forget(self, now: float) -> None:
+        """Drop the prefills over by `now` from the front: nothing can move them any more."""
+        while self.queue and self.queue[0].end <= now:
+            self.queue.popleft()
 
     def cancel(self, turn: Prefill, now: float, keep_s: float = 0.0) -> list[Prefill]:
         """The client hung up at `now`: keep the lane time `turn` used (and `keep_s` of it, if
@@ -292,8 +296,7 @@ class BatchLane(PrefillLane):
     def book(
         self, ready_at: float, seconds: float, now: float, tokens: int = 0, rank: float | None = None
     ) -> Prefill:
-        while self.queue and self.queue[0].end <= now:  # its last batch is done: nothing moves it
-            self.queue.popleft()
+        self.forget(now)  # (a prompt's end is its last batch's)
         while self.batches and all(t.end <= now for t, _ in self.batches[0].parts):  # history
             self.batches.popleft()
         turn = BatchedPrefill(ready_at, seconds, math.inf, tokens=max(tokens, 1))

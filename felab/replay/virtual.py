@@ -50,11 +50,6 @@ def prompt_of(request: TraceRequest, block: int) -> Prompt:
     return Prompt(request.input_tokens, request.hash_ids[: request.input_tokens // block], request.session)
 
 
-def reply_end(booking: Booking) -> float:
-    """When its reply's last token is due (its first token, for an empty reply)."""
-    return booking.token_at(max(booking.reply_tokens - 1, 0))
-
-
 def final(booking: Booking, now: float) -> bool:
     """Whether its first token can no longer move: a prompt booked from `now` on is ready after
     its last batch was formed, so cannot join it (--batch-tokens: timing.py)."""
@@ -90,8 +85,8 @@ def replay(
         now = request.arrival_s / speed
         while ends and ends[0][0] <= now:
             booking = heapq.heappop(ends)[2]
-            if batched and reply_end(booking) > now:  # a prompt joined its last batch: it ends later
-                heapq.heappush(ends, (reply_end(booking), next(order), booking))
+            if batched and booking.reply_end > now:  # a prompt joined its last batch: it ends later
+                heapq.heappush(ends, (booking.reply_end, next(order), booking))
             else:
                 model.finish(booking)
         while pending and final(pending[0][0], now):
@@ -102,7 +97,7 @@ def replay(
         else:
             count(tally, booking, now, request.session)
         booking.keys = ()  # only a hang-up reads them again (PracticeModel.cancel); a replay never hangs up
-        heapq.heappush(ends, (reply_end(booking), next(order), booking))
+        heapq.heappush(ends, (booking.reply_end, next(order), booking))
         tally.in_flight_max = max(tally.in_flight_max or 0, len(ends))
     for waiting in pending:
         count(tally, *waiting)
