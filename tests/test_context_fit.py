@@ -157,6 +157,18 @@ def test_other_engines_name_the_flag_that_fits(engine: str, target: str, said: s
     assert expected in message
 
 
+def follows(command: str, url: str) -> int:
+    """Run the advised server command from the lesson folder the script ran in, then the lesson
+    again against it: the lesson's exit code."""
+    proc = subprocess.Popen(shlex.split(command), cwd=PREFIX_BENCH.parent, stdout=subprocess.DEVNULL)
+    try:
+        wait_until_serving(url, proc)
+        return bench(url, "mock")[0]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 def test_the_practice_server_with_a_small_context_and_following_the_advice(isolated: Path) -> None:
     with practice_server("--context-tokens", "2000") as url:
         code, said = bench(url, "mock")
@@ -164,14 +176,7 @@ def test_the_practice_server_with_a_small_context_and_following_the_advice(isola
     assert code == 2 and "(2,000 tokens)" in said
     command = next(c for c in re.findall(r"`([^`]+)`", said) if "mock_server" in c)
     assert command.endswith(f"-m felab.mock_server --context-tokens 4096 --port {port}")
-    # Following it literally, from the lesson folder the script ran in, on the port it used:
-    proc = subprocess.Popen(shlex.split(command), cwd=PREFIX_BENCH.parent, stdout=subprocess.DEVNULL)
-    try:
-        wait_until_serving(url, proc)
-        assert bench(url, "mock")[0] == 0
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    assert follows(command, url) == 0  # literally, from the lesson folder, on the port it used
 
 
 def test_day_2s_trap_on_the_practice_server_and_following_the_advice(isolated: Path) -> None:
@@ -186,14 +191,7 @@ def test_day_2s_trap_on_the_practice_server_and_following_the_advice(isolated: P
     assert "between its 4 seats (8,192 in all)" in said
     command = next(c for c in re.findall(r"`([^`]+)`", said) if "mock_server" in c)
     assert command.endswith(f"-m felab.mock_server --seats 4 --context-tokens 16384 --port {port}")
-    # Following it literally, from the lesson folder the script ran in, on the port it used:
-    proc = subprocess.Popen(shlex.split(command), cwd=PREFIX_BENCH.parent, stdout=subprocess.DEVNULL)
-    try:
-        wait_until_serving(url, proc)
-        assert bench(url, "mock")[0] == 0
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    assert follows(command, url) == 0  # literally, from the lesson folder, on the port it used
 
 
 def test_the_practice_server_says_its_seats_when_it_starts() -> None:
