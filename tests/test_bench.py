@@ -108,5 +108,8 @@ def test_the_floor_phase_leaves_out_the_requests_in_flight_during_a_stall_for_bo
     assert row["practice_p99_ms"] == row["floor_p99_ms"] == 1.0  # both left out: the calm ones remain
     (kept,) = floor_rows(calm + caught)  # no stalls seen: every request counts
     assert kept["practice_p99_ms"] > 1.0 and kept["floor_p99_ms"] > 1.0
+    # A stall that takes every request of one server leaves nothing to compare: none is left out.
+    (whole,) = floor_rows(calm[:100] + caught[5:], [(-1.0, 1e9)])
+    assert whole["left_out"] == 0 and whole["practice_p50_ms"] == 1.0 and whole["floor_p99_ms"] > 1.0
     assert in_a_stall(record("floor", 999.99, 1.0), stalls)  # in flight from 999.99 to 1000.04
     assert not in_a_stall(record("floor", 999.0, 1.0), stalls)
