@@ -30,6 +30,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from felab.calibrate import check as card
 from felab.calibrate import command
 from felab.connect import served_model
 from felab.errors import FelabError
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a tiny size: 2 rounds, seats of 2,000 tokens")
     parser.add_argument("--practice-only", action="store_true", help="leave llama.cpp out")
     args = parser.parse_args(argv)
-    rounds = 2 if args.quick else 5
+    rounds = 2 if args.quick else card.ROUNDS
     with tempfile.TemporaryDirectory(prefix="felab-calibrate-bench-") as tmp:
         practice_phase(Path(tmp), args.quick, rounds)
         if not args.practice_only:

@@ -180,7 +180,7 @@ def check(
             rounds,
         )
     rows = card.compare(real, twin)
-    moved = card.drift(real, settings)
+    moved = card.drift(card.pooled(real), settings)
     say("")
     say(table([r.cells() for r in rows], floatfmt=".1f"))
     met = sum(r.within for r in rows[:-1])
@@ -188,6 +188,7 @@ def check(
         f"\n{met} of {len(rows) - 1} kinds of work have the twin's median TTFT within "
         f"{card.TOLERANCE:.0%} (or {card.FLOOR_MS:g} ms) of the real server's."
     )
+    say(card.noise_note(rows))
     if moved is not None and abs(moved - 1) > 0.25:
         say(
             f"note: {target.name}'s cold prompts took {moved:.2f}x what the profile predicts for them: "
@@ -208,11 +209,12 @@ def check(
         return rows
     from felab.calibrate import plot
 
-    cold = [k for k in real if k.startswith("cold")]
+    real_samples, twin_samples = card.pooled(real), card.pooled(twin)
+    cold = [k for k in real_samples if k.startswith("cold")]
     out = picture or path.with_name(path.stem + "-check.png")
     drawn = plot.draw(
-        [s for k in cold for s in real[k]],
-        [s for k in cold for s in twin.get(k, [])],
+        [s for k in cold for s in real_samples[k]],
+        [s for k in cold for s in twin_samples.get(k, [])],
         settings,
         f"{target.name} ({PurePath(target.model).name}) and its twin: cold prompts",
         out,
@@ -237,7 +239,7 @@ def check(
 @click.option(
     "--max-requests",
     type=click.IntRange(min=1),
-    default=100,
+    default=200,
     show_default=True,
     help="never send the server more requests than this",
 )
@@ -257,7 +259,7 @@ def calibrate_command(
 ) -> Any:
     """Measure a server and write a profile that makes the practice server behave like it.
 
-    It fits, from about 40 streamed requests (2 minutes at most): the fixed overhead, prefill
+    It fits, from about 75 streamed requests (2 minutes at most): the fixed overhead, prefill
     against uncached tokens and tokens already in context, the engine's characters per token,
     its prefix cache (whole blocks, or the longest common prefix per seat), how 4 prompts sent
     at once are prefilled, decode time per token and its slowdown with streams at once, and

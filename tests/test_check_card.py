@@ -1,0 +1,58 @@
+"""The report card's arithmetic (felab/calibrate/check.py), on samples written by hand: rounds
+pooled, the real server held against itself (even rounds against odd), and what the card says
+about a miss that is no larger than the server's own spread."""
+
+from __future__ import annotations
+
+import pytest
+
+from felab.calibrate import check as card
+from felab.calibrate.probes import Sample
+
+COLD = card.COLD.format(2560)
+
+
+def sample(ttft_ms: float, output_tokens: int = 2, total_ms: float | None = None) -> Sample:
+    return Sample(10_000, 2_560, 0, ttft_ms, output_tokens, total_ms=total_ms or ttft_ms + 1)
+
+
+def rounds(ttfts: list[float], kind: str = COLD) -> card.Rounds:
+    """One sample of `kind` per round, and 6 follow-up calls (the time per output token row)."""
+    return [
+        {kind: [sample(t)], card.OPENING_FIRST_REST: [sample(30, 25, 30 + 24 * 2.0) for _ in range(6)]}
+        for t in ttfts
+    ]
+
+
+def test_rounds_are_pooled_in_order() -> None:
+    got = card.pooled(rounds([100, 110, 120]))
+    assert [s.ttft_ms for s in got[COLD]] == [100, 110, 120]
+    assert len(got[card.OPENING_FIRST_REST]) == 18
+
+
+def test_the_real_server_against_itself_is_its_even_rounds_against_its_odd() -> None:
+    # Even rounds (0, 2, 4) at 100 ms, odd rounds (1, 3) at 130: the medians differ by 30 ms,
+    # over a median of all five of 100 ms: 30%.
+    spread = card.itself(rounds([100, 130, 100, 130, 100]), COLD, card.ttft)
+    assert spread == pytest.approx(0.30)
+    assert card.itself(rounds([100]), COLD, card.ttft) is None  # one round: nothing to compare
+
+
+def test_a_row_carries_the_spread_and_the_card_says_what_a_miss_within_it_means() -> None:
+    # The real server: 200 ms in even rounds, 240 in odd ones (spread 40/220 = 18%); the twin
+    # 190 ms every time: -14% from the real median of 220, off target but within the spread.
+    real, twin = rounds([200, 240, 200, 240]), rounds([190, 190, 190, 190])
+    row = card.compare(real, twin)[0]
+    assert (row.kind, row.real_p50, row.twin_p50, row.within) == (COLD, 220, 190, False)
+    assert row.real_itself == pytest.approx(40 / 220)
+    assert row.cells()["real, even vs odd rounds"] == "18%"
+    note = card.noise_note(card.compare(real, twin))
+    assert "up to 18% (cold, ~2,560 tokens)" in note
+    assert "no more than the server moved against itself: cold, ~2,560 tokens" in note
+
+
+def test_a_miss_larger_than_the_servers_own_spread_is_not_excused() -> None:
+    # The real server steady at 200 ms (spread 0%), the twin at 150: -25%, the twin's error.
+    rows = card.compare(rounds([200, 200, 200, 200]), rounds([150, 150, 150, 150]))
+    assert not rows[0].within and rows[0].real_itself == 0
+    assert "no more than the server moved" not in card.noise_note(rows)
