@@ -23,7 +23,7 @@ import pytest
 from felab.mock_server.booking import PracticeModel, Prompt
 from felab.mock_server.config import Settings
 from felab.mock_server.launch import practice_server
-from felab.mock_server.timing import BatchedPrefill, BatchLane, Prefill, PrefillLane
+from felab.mock_server.timing import BatchedPrefill, BatchLane, Prefill, PrefillLane, TimingModel
 from felab.replay import trace, virtual
 
 TPS = 10_000.0
@@ -149,6 +149,49 @@ def test_a_hang_up_after_the_last_batch_is_formed_moves_nothing_back_into_it() -
     assert lane.cancel(a, now=at(4600)) == []  # a's work is over: nothing to give back
     lane.reflow(now=at(4600))
     assert ends([a, b, c]) == [4096, 5200, 5300]
+
+
+# Attention: a prompt's later tokens cost more than its first (each attends to those before it).
+GROWING = TimingModel(
+    overhead_ms=0.0, prefill_tokens_per_s=TPS, decode_tokens_per_s=400.0, attention_ns=100.0
+)
+
+
+def grown(lane: BatchLane, *tokens: int, context: int = 0) -> list[Prefill]:
+    return [
+        lane.book(0.0, GROWING.prefill_s(n, context), 0.0, n, growth=GROWING.growth(n, context))
+        for n in tokens
+    ]
+
+
+def test_a_prompts_first_tokens_cost_what_a_prompt_that_short_costs() -> None:
+    # Batches of 2,048: a's 2,600 tokens, then b's first 1,496 fill a's second batch. With
+    # attention, b's first 1,496 tokens cost what a 1,496-token prompt costs (each attends only
+    # to those before it), less than 1,496/2,600 of b's whole prefill (spread evenly: 0.344 s).
+    a, b = grown(BatchLane(2048), 2600, 2600)
+    assert a.end == pytest.approx(GROWING.prefill_s(2600) + GROWING.prefill_s(1496))
+    assert a.end == pytest.approx(0.598 + 0.1496 + 100e-9 * 1496**2 / 2)
+    assert b.end == pytest.approx(2 * GROWING.prefill_s(2600))  # all of both: the sum stays whole
+
+
+def test_after_a_cached_context_every_new_token_attends_to_it_too() -> None:
+    # 1,000 new tokens after 4,000 cached, batches of 500: the first half attends to 4,000 to
+    # 4,500 tokens, the second to 4,500 to 5,000: the second half costs more.
+    (a,) = grown(BatchLane(500), 1000, context=4000)
+    assert isinstance(a, BatchedPrefill)
+    first = a.part_s(0, 500)
+    assert first == pytest.approx(500 / TPS + 100e-9 * 500 * (4000 + 250))
+    assert a.part_s(500, 500) == pytest.approx(500 / TPS + 100e-9 * 500 * (4500 + 250))
+    assert first + a.part_s(500, 500) == pytest.approx(a.seconds)
+
+
+def test_a_hang_up_keeps_the_time_of_the_tokens_it_keeps() -> None:
+    lane = BatchLane(2048)
+    (a,) = grown(lane, 2600)
+    lane.cancel(a, now=0.01)  # its first batch (2,048 tokens) is under way: computed whole
+    assert isinstance(a, BatchedPrefill) and a.tokens == 2048
+    assert a.seconds == pytest.approx(GROWING.prefill_s(2048)) and a.end == pytest.approx(a.seconds)
+    assert a.growth == pytest.approx(GROWING.growth(2048)[0])
 
 
 # ── The booking core ─────────────────────────────────────────────────────────
@@ -282,7 +325,8 @@ def test_random_bookings_and_hang_ups_keep_the_batches_whole(seed: int) -> None:
             lane.cancel(rng.choice(turns), now, keep_s=rng.random() * 0.02 * (rng.random() < 0.3))
         else:
             n, rank = rng.randint(1, 5000), rng.choice([None, 0, 1, 2, 3])
-            turns.append(lane.book(now + rng.random() * 0.03, n / TPS, now, n, rank))
+            growth = (rng.choice([0.0, rng.random()]), rng.choice([0, rng.randint(1, 8000)]))
+            turns.append(lane.book(now + rng.random() * 0.03, n / TPS, now, n, rank, growth))
         batches = list(lane.batches)
         for a, b in itertools.pairwise(batches):
             assert a.end <= b.start + 1e-12

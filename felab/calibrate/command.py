@@ -101,7 +101,7 @@ def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) ->
         f"after a cached opening: at least {st['cached_token_us']} µs per cached token in the prefill "
         f"that reuses it; each reply token {st.get('decode_context_ns', 0)} ns slower per prompt token."
     )
-    say(together_line(plan.streams, st["batch_tokens"], found))
+    say(together_line(plan.streams, st["batch_tokens"], found, st.get("batch_slowdown", 0.0)))
     shown = os.path.relpath(path, learner_folder())
     say(f"\nprofile written: {shown}")
     say(f"check the twin:  python -m felab calibrate --check {shown} --target {target.name}")
@@ -113,19 +113,21 @@ BATCH_FITS_PCT = 10.0
 """A batch size whose first tokens are off by more than this (mean, %) does not describe the server."""
 
 
-def together_line(streams: int, batch: int | str, found: dict[str, Any]) -> str:
-    """What the prompts sent at once showed: the batch size fitted, the first tokens measured and
-    the twin's, and a word when no batch size reproduces them."""
+def together_line(streams: int, batch: int | str, found: dict[str, Any], slowdown: float = 0.0) -> str:
+    """What the prompts sent at once showed: the batch size (and slowdown) fitted, the first tokens
+    measured and the twin's, and a word when no batch size reproduces them."""
     err, real, twin = found["batch_tokens_error_pct"], found["together_ttft_ms"], found["together_twin_ms"]
     if not real:
         return f"{streams} cold prompts at once: not measured, {err}; batch_tokens left at none."
     how = (
         "each prompt's first token at the end of its own prefill"
         if batch == "none"
-        else (f"prefilled in batches of {batch:,} tokens")
+        else f"prefilled in batches of {batch:,} tokens"
+        + (f", a batch shared by several prompts {slowdown:+.0%} as long" if slowdown else "")
     )
+    shown = f"batch_tokens {batch}" + (f", batch_slowdown {slowdown:g}" if slowdown else "")
     line = (
-        f"{streams} cold prompts at once: {how} (batch_tokens {batch}): first tokens "
+        f"{streams} cold prompts at once: {how} ({shown}): first tokens "
         f"{', '.join(map(str, real))} ms measured, the twin {', '.join(map(str, twin))} ms "
         f"(off by {err}% on average)."
     )

@@ -26,8 +26,9 @@ miss on a 40 ms prompt matters about as much as 100 ms on 800 ms). A term that c
 negative (noise on a machine where it is too small to see) is set to 0 and the
 others fitted again without it, so every setting stays one the server accepts.
 
-The batch size (`batch_tokens`) has no formula to solve: each candidate is tried in the
-twin's own lane (profile.py books the prompts sent at once), and the nearest wins.
+The batch size (`batch_tokens`) and how much longer a batch shared by several prompts takes
+(`batch_slowdown`) have no formula to solve: each pair of candidates is tried in the twin's
+own lane (profile.py books the prompts sent at once), and the nearest wins.
 """
 
 from __future__ import annotations
@@ -244,25 +245,43 @@ BATCH_CANDIDATES: tuple[int | None, ...] = (None, 256, 512, 1024, 2048, 4096, 81
 prompt's first token at the end of its own prefill."""
 
 
+SLOWDOWN_CANDIDATES: tuple[float, ...] = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, -0.05, -0.1, -0.2)
+"""How much longer a batch shared by several prompts may take than its parts alone (0 first:
+on a tie, the simpler model; below 0, an engine that reads prompts faster together)."""
+
+
+@dataclass(frozen=True)
+class BatchFit:
+    tokens: int | None
+    """The batch size (None: no batches)."""
+    slowdown: float
+    """How much longer a batch holding parts of several prompts takes than its parts alone."""
+    error_pct: float
+    """Mean relative error of the twin's first tokens against the measured ones."""
+    twin_ms: list[list[float]]
+    """The twin's first tokens, each round sorted."""
+
+
 def batch_tokens(
-    rounds: Sequence[Sequence[float]], twin: Callable[[int | None], list[list[float]]]
-) -> tuple[int | None, float, list[list[float]]]:
-    """How prompts sent at once were prefilled: the candidate batch size whose first tokens, as the
-    twin books them (`twin(b)`: each round's TTFTs in ms, sorted), are nearest the measured ones
-    (each round sorted), by mean relative error. The size, its error (%), and the twin's TTFTs
-    (None first: on a tie, the simpler model)."""
+    rounds: Sequence[Sequence[float]], twin: Callable[[int | None, float], list[list[float]]]
+) -> BatchFit:
+    """How prompts sent at once were prefilled: the candidate batch size and slowdown whose first
+    tokens, as the twin books them (`twin(b, s)`: each round's TTFTs in ms, sorted), are nearest
+    the measured ones (each round sorted), by mean relative error (no batches, then no slowdown,
+    first: on a tie, the simpler model)."""
     measured = [sorted(r) for r in rounds]
-    best: tuple[int | None, float, list[list[float]]] = (None, math.inf, [])
+    best = BatchFit(None, 0.0, math.inf, [])
     for b in BATCH_CANDIDATES:
-        predicted = twin(b)
-        err = [
-            abs(p - t) / t
-            for got, r in zip(predicted, measured, strict=True)
-            for p, t in zip(got, r, strict=True)
-        ]
-        mean = 100 * sum(err) / max(len(err), 1)
-        if mean < best[1]:
-            best = (b, mean, predicted)
+        for s in SLOWDOWN_CANDIDATES if b is not None else (0.0,):
+            predicted = twin(b, s)
+            err = [
+                abs(p - t) / t
+                for got, r in zip(predicted, measured, strict=True)
+                for p, t in zip(got, r, strict=True)
+            ]
+            mean = 100 * sum(err) / max(len(err), 1)
+            if mean < best.error_pct:
+                best = BatchFit(b, s, mean, predicted)
     return best
 
 

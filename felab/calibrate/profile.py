@@ -61,6 +61,11 @@ MEANINGS: dict[str, tuple[str, str]] = {
         "prompt tokens prefilled in one batch (llama.cpp -b), fitted to 4 prompts sent at once; "
         "none: each prompt's first token at the end of its own prefill",
     ),
+    "batch_slowdown": (
+        "",
+        "how much longer a batch holding parts of several prompts takes than its parts alone, "
+        "fitted with batch_tokens",
+    ),
 }
 """Each setting a profile may hold: its unit and what it means (for the file and the table)."""
 
@@ -111,12 +116,17 @@ def prefill_points(m: Measurements) -> list[fit.Point]:
 
 
 def twin_rounds(
-    settings: dict[str, Any], delivery_ms: float, rounds: list[list[Sample]], batch: int | None
+    settings: dict[str, Any],
+    delivery_ms: float,
+    rounds: list[list[Sample]],
+    batch: int | None,
+    slowdown: float = 0.0,
 ) -> list[list[float]]:
     """Each round's TTFTs (ms, sorted) as the twin books them: its prompts (their uncached tokens,
-    their replies) sent at once to a fresh practice-server model with these settings and
-    `batch_tokens` `batch`, the practice server's own delivery time added back."""
-    s = dataclasses.replace(DEFAULTS, **{**settings, "batch_tokens": batch})
+    their replies) sent at once to a fresh practice-server model with these settings,
+    `batch_tokens` `batch` and `batch_slowdown` `slowdown`, the practice server's own delivery
+    time added back."""
+    s = dataclasses.replace(DEFAULTS, **{**settings, "batch_tokens": batch, "batch_slowdown": slowdown})
     out = []
     for r in rounds:
         model = PracticeModel(s)
@@ -192,12 +202,15 @@ def build(
         settings["seats"] = facts.seats
     if facts.seat_context:
         settings["context_tokens"] = facts.seat_context * (facts.seats or 1)
-    batch, batch_err, twin_ms = (
-        fit.batch_tokens(rounds, lambda b: twin_rounds(settings, delivery_ms, cold_rounds, b))
+    shared = (
+        fit.batch_tokens(rounds, lambda b, s: twin_rounds(settings, delivery_ms, cold_rounds, b, s))
         if rounds
-        else (None, 0.0, [])
+        else fit.BatchFit(None, 0.0, 0.0, [])
     )
+    batch, batch_err, twin_ms = shared.tokens, shared.error_pct, shared.twin_ms
     settings["batch_tokens"] = "none" if batch is None else batch  # TOML has no null: the flag's word
+    if batch is not None:
+        settings["batch_slowdown"] = shared.slowdown
 
     residuals = [abs(r) for r in prefill.residuals_pct]
     about = {

@@ -139,7 +139,7 @@ class PracticeModel:
                 r.seats = Seats(settings.seats, by_prefix=settings.cache_mode == "seat-prefix")
         if settings.batch_tokens is not None:  # first tokens at the end of batches (timing.py)
             for r in self.fleet.replicas:
-                r.lane = BatchLane(settings.batch_tokens)
+                r.lane = BatchLane(settings.batch_tokens, settings.batch_slowdown)
         self.ids = itertools.count()
         self.live: dict[str, Booking] = {}
         """Bookings whose reply is not over, in the order they were booked."""
@@ -162,7 +162,9 @@ class PracticeModel:
             uncached = max(prompt.tokens - reused * replica.cache.block_tokens, min(prompt.tokens, 1))
         cached = prompt.tokens - uncached
         rank = None if seat is None or replica.seats is None else replica.seats.seats.index(seat)
-        prefill = replica.lane.book(admission, self.timing.prefill_s(uncached, cached), now, uncached, rank)
+        seconds = self.timing.prefill_s(uncached, cached)
+        growth = self.timing.growth(uncached, cached) if self.settings.batch_tokens else (0.0, 0)
+        prefill = replica.lane.book(admission, seconds, now, uncached, rank, growth)
         if self.settings.cache_mode == "blocks":  # (batched, prefill.end may move later, by less than
             replica.cache.insert(prompt.keys, used_at=prefill.end)  # a batch: the TTL starts that early)
         interval = self.timing.token_interval_s(self.streams(replica, prefill.end), prompt.tokens)

@@ -123,6 +123,11 @@ class Settings:
         "behind it; `none`: each prompt's first token comes when its own prefill ends",
         low=1, words={"none": None}, column="batch tokens",
     )  # fmt: skip
+    batch_slowdown: float = setting(
+        0.0, "with --batch-tokens: how much longer a batch holding parts of several prompts takes than "
+        "its parts alone (0.15: 15% longer; 0: as long); calibrate measures it from prompts sent at once",
+        low=-0.5, high=2.0, column="batch slowdown",
+    )  # fmt: skip
     cache_blocks: int = setting(
         4096, "prefix-cache capacity per replica, in blocks (least recently used evicted); `unlimited`",
         low=0, words={"unlimited": UNLIMITED}, column="cache blocks",

@@ -51,9 +51,13 @@ formed (history: nothing joins or leaves a batch under way) and plans the rest t
 way, again each time a prompt comes or hangs up; with no seats, prompts go in arrival order.
 
 So a booked first token can move *later*, when a prompt arrives before its last batch is
-formed, or takes a lower seat. Approximations: a prompt's time (attention included) is
-spread evenly over its tokens, and the decode tokens of running streams, which llama-server
-puts in each batch too, are not counted. The router (`free_at`, `quote`) reads the end of
+formed, or takes a lower seat. A batch lasts as long as its parts, each part the time of
+its tokens by the formula: the rate's share evenly, attention's by place (token i of a prompt
+after c cached tokens attends to c + i), so a prompt's last tokens cost more than its first
+(`BatchedPrefill.part_s`); and `batch_slowdown` longer when it holds parts of several prompts
+(calibrate measures it: llama.cpp splits such a batch into small equal pieces per seat). Left
+out: the decode tokens of running streams, which llama-server puts in each batch too. (The
+figures behind both: docs/practice-server.md.) The router (`free_at`, `quote`) reads the end of
 the last planned batch; the gauges, each prompt's first batch and first token.
 
 The lane is a queue of bookings with known times, not a lock: a request's
@@ -105,6 +109,15 @@ class TimingModel:
         and at least `cached_token_us` for each cached token (the max: see the docstring above)."""
         attention = self.attention_ns * 1e-9 * uncached_tokens * (context_before + uncached_tokens / 2)
         return uncached_tokens / self.prefill_tokens_per_s + max(attention, self.reuse_s(context_before))
+
+    def growth(self, uncached_tokens: int, context_before: int = 0) -> tuple[float, int]:
+        """How a prompt's prefill grows along it, for a lane that batches: the share of
+        `prefill_s` that is attention (0 where the cached floor is the larger side of the max),
+        and the tokens before it."""
+        attention = self.attention_ns * 1e-9 * uncached_tokens * (context_before + uncached_tokens / 2)
+        total = self.prefill_s(uncached_tokens, context_before)
+        share = attention / total if total and attention >= self.reuse_s(context_before) else 0.0
+        return share, context_before
 
     def reuse_s(self, cached_tokens: int) -> float:
         """The least a prefill after `cached_tokens` cached ones spends on them (0 by default)."""
@@ -166,10 +179,16 @@ class PrefillLane:
         return Prefill(ready_at, seconds, max(ready_at, self.free_at))
 
     def book(
-        self, ready_at: float, seconds: float, now: float, tokens: int = 0, rank: float | None = None
+        self,
+        ready_at: float,
+        seconds: float,
+        now: float,
+        tokens: int = 0,
+        rank: float | None = None,
+        growth: tuple[float, int] = (0.0, 0),
     ) -> Prefill:
         """Book the lane for one prompt, behind every prompt booked before it (`tokens`, how
-        many it prefills, matters only to a lane that batches: `BatchLane`)."""
+        many it prefills, its `rank` and `growth`, matter only to a lane that batches: `BatchLane`)."""
         self.forget(now)
         turn = self.quote(ready_at, seconds)
         self.queue.append(turn)
@@ -249,7 +268,11 @@ class BatchedPrefill(Prefill):
     """A prompt's turn in a lane that batches: its first token is the end of its last batch."""
 
     tokens: int = 1
-    """Prompt tokens it prefills; its `seconds` are spread over them evenly (an approximation)."""
+    """Prompt tokens it prefills; its `seconds` are spread over them as its terms say (`part_s`)."""
+    growth: float = 0.0
+    """The share of its `seconds` that is attention: a token's share grows with its place."""
+    context: int = 0
+    """Tokens in context before its first (its cached part), for the attention share."""
     rank: float = 0.0
     """Its place when a batch takes the waiting prompts: its seat's number (llama.cpp walks its
     slots in order), or its arrival where there are no seats."""
@@ -270,20 +293,42 @@ class BatchedPrefill(Prefill):
         """Its work ends with its last batch."""
         return self.end
 
+    def share(self, upto: int) -> float:
+        """The share of its seconds its first `upto` tokens take: the rate's part evenly, the
+        attention part as each token attends to the context and the tokens before it (token i
+        costs ∝ context + i, so the first x cost ∝ x·(2·context + x))."""
+        u, c, g = self.tokens, self.context, self.growth
+        return (1 - g) * upto / u + (g * upto * (2 * c + upto) / (u * (2 * c + u)) if g else 0.0)
+
+    def part_s(self, done: int, k: int) -> float:
+        """Seconds of its tokens `done` to `done + k` (a batch's part)."""
+        return self.seconds * (self.share(done + k) - self.share(done))
+
+    def keep_first(self, keep: int) -> None:
+        """Keep its first `keep` tokens only (a hang-up): their seconds, and their attention share."""
+        attention = self.seconds * self.growth * keep * (2 * self.context + keep)
+        attention /= self.tokens * (2 * self.context + self.tokens)
+        self.seconds *= self.share(keep)
+        self.growth = attention / self.seconds if self.seconds else 0.0
+        self.tokens = keep
+
 
 class BatchLane(PrefillLane):
     """A lane that prefills in batches of up to `batch_tokens` prompt tokens (llama.cpp's -b).
 
     Each batch is formed when the one before it is done (or when a prompt is ready, on an idle
     lane), from the prompts waiting then, in order of `rank`, each giving as many of its tokens
-    as there is room for; a batch lasts as long as its parts (each prompt's time spread evenly
-    over its tokens). A batch formed is history: nothing joins or leaves it. The batches not
-    formed yet are a plan, made again from where a newcomer can change it (`_plan`).
+    as there is room for; a batch lasts as long as its parts (`BatchedPrefill.part_s`), and
+    `slowdown` longer when it holds parts of more than one prompt. A batch formed is history:
+    nothing joins or leaves it. The batches not formed yet are a plan, made again from where a
+    newcomer can change it (`_plan`).
     """
 
-    def __init__(self, batch_tokens: int) -> None:
+    def __init__(self, batch_tokens: int, slowdown: float = 0.0) -> None:
         super().__init__()
         self.batch_tokens = batch_tokens
+        self.slowdown = slowdown
+        """How much longer a batch shared by several prompts takes than its parts alone."""
         self.batches: deque[Batch] = deque()
         """Formed and planned batches, in order (those done are dropped from the front)."""
         self.arrivals = itertools.count()
@@ -294,12 +339,21 @@ class BatchLane(PrefillLane):
         adds to the end of the plan (first come first served, and a backlog stays cheap)."""
 
     def book(
-        self, ready_at: float, seconds: float, now: float, tokens: int = 0, rank: float | None = None
+        self,
+        ready_at: float,
+        seconds: float,
+        now: float,
+        tokens: int = 0,
+        rank: float | None = None,
+        growth: tuple[float, int] = (0.0, 0),
     ) -> Prefill:
+        """`growth`: the share of `seconds` that is attention, and the tokens before the prompt
+        (TimingModel.growth), so its later tokens cost more than its first (`part_s`)."""
         self.forget(now)  # (a prompt's end is its last batch's)
         while self.batches and all(t.end <= now for t, _ in self.batches[0].parts):  # history
             self.batches.popleft()
         turn = BatchedPrefill(ready_at, seconds, math.inf, tokens=max(tokens, 1))
+        turn.growth, turn.context = growth
         turn.rank, turn.left = next(self.arrivals) if rank is None else rank, turn.tokens
         since = max(ready_at, now)  # a batch formed before it is ready is none of its business
         if (turn.rank, ready_at) >= self.top and self.batches:  # last in line: only the end moves
@@ -326,7 +380,10 @@ class BatchLane(PrefillLane):
         if keep >= turn.tokens:
             return False
         turn.left -= turn.tokens - max(keep, 1)  # (below 0 until `reflow` takes back its plan)
-        turn.seconds, turn.tokens = turn.seconds * keep / turn.tokens, max(keep, 1)
+        if keep:
+            turn.keep_first(keep)
+        else:
+            turn.seconds, turn.tokens, turn.growth = 0.0, 1, 0.0
         turn.dropped = keep == 0
         return True
 
@@ -391,15 +448,16 @@ class BatchLane(PrefillLane):
             if not ready:
                 clock = min(t.ready_at for t in turns)
                 continue
-            batch, room = Batch(clock, clock, []), self.batch_tokens
+            batch, room, work = Batch(clock, clock, []), self.batch_tokens, 0.0
             for t in ready:
                 if (k := min(room, t.left)) <= 0:
                     break
                 batch.parts.append((t, k))
-                batch.end += t.seconds * k / t.tokens
+                work += t.part_s(t.tokens - t.left, k)
                 t.left, room, t.start = t.left - k, room - k, min(t.start, clock)
                 if not t.left:
                     t.batch = batch
+            batch.end = clock + work * (1 + self.slowdown if len(batch.parts) > 1 else 1)
             self.batches.append(batch)
             turns = [t for t in turns if t.left > 0]
             clock = batch.end
