@@ -185,6 +185,22 @@ def test_after_a_cached_context_every_new_token_attends_to_it_too() -> None:
     assert first + a.part_s(500, 500) == pytest.approx(a.seconds)
 
 
+def test_a_hang_up_keeps_the_tokens_a_later_prompt_counts_on() -> None:
+    # b found a's first 1,296 tokens in the cache; a hangs up before its first batch: the lane
+    # keeps the time of 1,296 tokens (prefill_s(1296)), and with attention that is 1,296 tokens
+    # of a's, not the fewer an even share of a's time would give (929 of 2,600).
+    s = Settings(
+        prefill_tps=TPS, overhead_ms=0.0, prefill_attention_ns=100.0, block_tokens=16, batch_tokens=512
+    )
+    model = PracticeModel(s)
+    a = model.book(Prompt(2600, list(range(162))), 4, 0.0, 0.0)
+    b = model.book(Prompt(2600, [*range(81), *range(1000, 1081)]), 4, 0.0, 0.0)
+    assert b.cached_tokens == 1296
+    model.cancel(a, now=0.0001)
+    assert isinstance(a.prefill, BatchedPrefill) and a.prefill.tokens >= 1296
+    assert model.timing.prefilled_tokens(a.prefill.seconds) >= 1296
+
+
 def test_a_hang_up_keeps_the_time_of_the_tokens_it_keeps() -> None:
     lane = BatchLane(2048)
     (a,) = grown(lane, 2600)
@@ -317,7 +333,7 @@ def test_random_bookings_and_hang_ups_keep_the_batches_whole(seed: int) -> None:
     # Batches never overlap or overfill; every prompt still in the lane is planned to its last
     # token, its first token at its last batch's end; a batch formed stays as it was formed.
     rng = random.Random(seed)
-    lane, now, turns = BatchLane(rng.choice([64, 512, 2048])), 0.0, []
+    lane, now, turns = BatchLane(rng.choice([64, 512, 2048]), rng.choice([0.0, 0.2, -0.3])), 0.0, []
     formed: dict[int, tuple] = {}
     for _ in range(60):
         now += rng.random() * 0.05
@@ -334,6 +350,21 @@ def test_random_bookings_and_hang_ups_keep_the_batches_whole(seed: int) -> None:
         for t in lane.queue:
             assert isinstance(t, BatchedPrefill) and t.left == 0 and t.batch is not None
             assert t.end == t.batch.end and t.start <= t.end
+        whole = {id(t): t for b in batches for t, _ in b.parts}  # prompts with all their batches here
+        whole = {
+            i: t
+            for i, t in whole.items()
+            if sum(k for b in batches for x, k in b.parts if x is t) == t.tokens
+        }
+        done = {i: 0 for i in whole}
+        for b in batches:  # as long as its parts, and the slowdown's share longer when shared
+            work = 0.0
+            for t, k in b.parts:
+                if id(t) in done:
+                    work, done[id(t)] = work + t.part_s(done[id(t)], k), done[id(t)] + k
+            if all(id(t) in done for t, _ in b.parts):
+                factor = 1 + lane.slowdown if len(b.parts) > 1 else 1
+                assert b.end - b.start == pytest.approx(work * factor, rel=1e-9, abs=1e-12)
         for b in (b for b in batches if b.start < now):
             shape = (b.start, b.end, tuple((id(t), k) for t, k in b.parts))
             assert formed.setdefault(id(b), (b, shape))[1] == shape  # (b kept: its id stays its own)

@@ -68,6 +68,15 @@ def requests(biggest: int, rounds: int = ROUNDS) -> int:
     return rounds * per_round(biggest)
 
 
+def prompt_tokens(biggest: int, rounds: int = ROUNDS) -> int:
+    """About how many prompt tokens the held-out work sends to each server (billed on a paid
+    target): per round, the cold lengths, and the opening with its 7 + 2 questions and 4 more
+    prompts as long at once."""
+    opening = int(biggest * 0.45)
+    per = 50 + sum(lengths(biggest)) + opening * (QUESTIONS_PER_OPENING + 1 + QUESTION_FIRST_PER_ROUND + 4)
+    return rounds * per
+
+
 def one_round(p: Prober, biggest: int, out: dict[str, list[Sample]]) -> None:
     """One round of every kind of held-out work on one server, its samples added to `out` by kind."""
 

@@ -53,8 +53,15 @@ def connect(target_name: str, base_url: str | None, model: str | None) -> Target
     return resolve(argparse.Namespace(target=target_name, base_url=base_url, model=model))
 
 
-def announce(target: Target, facts: ServerFacts, requests: int, tokens: int | None, yes: bool) -> None:
-    """Say what will be sent; on a paid target, ask first (or take --yes)."""
+def announce(
+    target: Target,
+    facts: ServerFacts,
+    requests: int,
+    tokens: int | None,
+    yes: bool,
+    duration: str = "up to about 2 minutes",
+) -> None:
+    """Say what will be sent, and how long it takes; on a paid target, ask first (or take --yes)."""
     seats = (
         f", {facts.seats} seats of {facts.seat_context:,} tokens"
         if facts.seats and facts.seat_context
@@ -62,7 +69,7 @@ def announce(target: Target, facts: ServerFacts, requests: int, tokens: int | No
     )
     say(f"target: {target.name} · {target.base_url} · model: {target.model} · {facts.engine}{seats}")
     volume = f" (about {tokens:,} prompt tokens)" if tokens else ""
-    say(f"it sends at most {requests} streamed requests{volume}; up to about 2 minutes.")
+    say(f"it sends at most {requests} streamed requests{volume}; {duration}.")
     if target.is_paid:
         price = price_for(target)
         cost = (
@@ -119,11 +126,12 @@ def together_line(streams: int, batch: int | str, found: dict[str, Any], slowdow
     err, real, twin = found["batch_tokens_error_pct"], found["together_ttft_ms"], found["together_twin_ms"]
     if not real:
         return f"{streams} cold prompts at once: not measured, {err}; batch_tokens left at none."
+    longer = "longer" if slowdown > 0 else "shorter"
+    shared = f", a batch shared by several prompts {abs(slowdown):.0%} {longer}" if slowdown else ""
     how = (
         "each prompt's first token at the end of its own prefill"
         if batch == "none"
-        else f"prefilled in batches of {batch:,} tokens"
-        + (f", a batch shared by several prompts {slowdown:+.0%} as long" if slowdown else "")
+        else f"prefilled in batches of {batch:,} tokens{shared}"
     )
     shown = f"batch_tokens {batch}" + (f", batch_slowdown {slowdown:g}" if slowdown else "")
     line = (
@@ -166,7 +174,8 @@ def check(
             f"the check sends {need} requests to the real server; --max-requests is {max_requests}. "
             f"Allow {need} or more."
         )
-    announce(target, facts, need, None, yes)
+    took = f"{rounds} rounds on each server (75 s on the kit's tiny llama.cpp; longer on a slower one)"
+    announce(target, facts, need, card.prompt_tokens(biggest, rounds), yes, took)
     say(
         f"the real server ({target.name}) and its twin (a practice server with --profile {path.name}), "
         f"{rounds} rounds, taking turns:"

@@ -267,8 +267,8 @@ def batch_tokens(
 ) -> BatchFit:
     """How prompts sent at once were prefilled: the candidate batch size and slowdown whose first
     tokens, as the twin books them (`twin(b, s)`: each round's TTFTs in ms, sorted), are nearest
-    the measured ones (each round sorted), by mean relative error (no batches, then no slowdown,
-    first: on a tie, the simpler model)."""
+    the measured ones (each round sorted), by mean relative error (on a tie, the simpler model:
+    no batches before any size, and for each size no slowdown before any)."""
     measured = [sorted(r) for r in rounds]
     best = BatchFit(None, 0.0, math.inf, [])
     for b in BATCH_CANDIDATES:

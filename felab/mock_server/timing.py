@@ -304,6 +304,20 @@ class BatchedPrefill(Prefill):
         """Seconds of its tokens `done` to `done + k` (a batch's part)."""
         return self.seconds * (self.share(done + k) - self.share(done))
 
+    def tokens_in(self, seconds: float) -> int:
+        """The fewest of its first tokens that take at least `seconds` (`share` inverted: with
+        attention its first tokens are cheap, so `seconds` hold more of them than an even share)."""
+        if seconds >= self.seconds:
+            return self.tokens
+        if seconds <= 0:
+            return 0
+        u, c, g = self.tokens, self.context, self.growth
+        a = g / (u * (2 * c + u))  # share(k) = a·k² + b·k
+        b = 2 * a * c + (1 - g) / u
+        q = seconds / self.seconds
+        k = q / b if a == 0 else (math.sqrt(b * b + 4 * a * q) - b) / (2 * a)
+        return min(u, math.ceil(k - 1e-9))
+
     def keep_first(self, keep: int) -> None:
         """Keep its first `keep` tokens only (a hang-up): their seconds, and their attention share."""
         attention = self.seconds * self.growth * keep * (2 * self.context + keep)
@@ -376,7 +390,7 @@ class BatchLane(PrefillLane):
         whole), or those `keep_s` of its time prefills, whichever are more; drop the rest."""
         if not isinstance(turn, BatchedPrefill) or turn.dropped or turn.end <= now:
             return False
-        keep = max(self.formed_tokens(turn, now), math.ceil(turn.tokens * min(1.0, keep_s / turn.seconds)))
+        keep = max(self.formed_tokens(turn, now), turn.tokens_in(keep_s))
         if keep >= turn.tokens:
             return False
         turn.left -= turn.tokens - max(keep, 1)  # (below 0 until `reflow` takes back its plan)
