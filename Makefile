@@ -48,7 +48,7 @@ check: $(STAMP) ## which servers are up, each target's URL and model, whether FI
 smoke: $(STAMP) ## every lesson script against a fresh practice server, in quick mode
 	@$(PY) -m felab smoke
 
-bench: $(STAMP) ## how faithful the practice server is: TTFT vs predicted and vs the floor, CPU, memory; replay speed, balance, --jobs, hostile input (~2.5 min)
+bench: $(STAMP) ## how faithful the practice server is: TTFT vs predicted and vs the floor, CPU, memory; replay speed, balance, --jobs, hostile input; calibrate and check against llama.cpp where built (~4 min)
 	@$(PY) -m felab.mock_server.fidelity
 	@$(PY) -m felab.replay.bench
 	@$(PY) -m felab.calibrate.bench
