@@ -176,7 +176,12 @@ class Row:
 
 
 def error(twin: float, real: float) -> str:
-    return f"{100 * (twin - real) / real:+.0f}%" if real else "n/a"
+    return f"{relative(twin, real):+.0%}" if real else "n/a"
+
+
+def relative(twin: float, real: float) -> float:
+    """The twin's error as a share of the real value (0 where the real value is 0)."""
+    return (twin - real) / real if real else 0.0
 
 
 def ttft(s: Sample) -> float | None:
@@ -253,7 +258,11 @@ def noise_note(rows: list[Row]) -> str:
         f"The real server against itself: its median of even rounds and of odd rounds differed by up "
         f"to {most:.0%} ({kind}), on the same work."
     )
-    noisy = [r for r in missed if r.real_itself is not None and abs(error_share(r)) <= r.real_itself]
+    noisy = [
+        r
+        for r in missed
+        if r.real_itself is not None and abs(relative(r.twin_p50, r.real_p50)) <= r.real_itself
+    ]
     if noisy:
         kinds = ", ".join(r.kind for r in noisy)
         note += (
@@ -261,7 +270,3 @@ def noise_note(rows: list[Row]) -> str:
             f"tell the twin's error there from the machine's noise: check again on a quieter machine."
         )
     return note
-
-
-def error_share(r: Row) -> float:
-    return (r.twin_p50 - r.real_p50) / r.real_p50 if r.real_p50 else 0.0

@@ -251,6 +251,11 @@ def in_a_stall(record: dict, stalls: Sequence[tuple[float, float]]) -> bool:
     return any(start < answered and end > sent for start, end in stalls)
 
 
+def miss_ms(record: dict) -> float:
+    """How far a request's first token came from its schedule, either way."""
+    return abs(record["measured_ms"] - record["predicted_ms"])
+
+
 def floor_rows(records: list[dict], stalls: Sequence[tuple[float, float]] = ()) -> list[dict]:
     """Median and p99 of |TTFT error| per server and streams, and practice / floor, leaving out the
     requests in flight during a stall of the whole machine (stalls.py), for both servers alike;
@@ -264,8 +269,8 @@ def floor_rows(records: list[dict], stalls: Sequence[tuple[float, float]] = ()) 
         row: dict[str, Any] = {"streams": streams, "requests": sum(r["server"] == "floor" for r in mine)}
         row["left_out"] = sum(r["server"] == "floor" for r in mine if r not in kept)
         for name in ("practice", "floor"):
-            errors = [abs(r["measured_ms"] - r["predicted_ms"]) for r in kept if r["server"] == name]
-            every = [abs(r["measured_ms"] - r["predicted_ms"]) for r in mine if r["server"] == name]
+            errors = [miss_ms(r) for r in kept if r["server"] == name]
+            every = [miss_ms(r) for r in mine if r["server"] == name]
             row[f"{name}_p50_ms"] = percentile(errors, 50)
             row[f"{name}_p99_ms"] = percentile(errors, 99)
             row[f"{name}_p99_all_ms"] = percentile(every, 99)

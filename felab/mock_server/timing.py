@@ -107,14 +107,19 @@ class TimingModel:
         already in context (the cached part): the linear term, plus attention, where each new
         token attends to the context and to the new tokens before it (on average half of them),
         and at least `cached_token_us` for each cached token (the max: see the docstring above)."""
-        attention = self.attention_ns * 1e-9 * uncached_tokens * (context_before + uncached_tokens / 2)
+        attention = self.attention_s(uncached_tokens, context_before)
         return uncached_tokens / self.prefill_tokens_per_s + max(attention, self.reuse_s(context_before))
+
+    def attention_s(self, uncached_tokens: int, context_before: int = 0) -> float:
+        """Attention's part of a prefill: each new token attends to the context and to the new
+        tokens before it (on average half of them)."""
+        return self.attention_ns * 1e-9 * uncached_tokens * (context_before + uncached_tokens / 2)
 
     def growth(self, uncached_tokens: int, context_before: int = 0) -> tuple[float, int]:
         """How a prompt's prefill grows along it, for a lane that batches: the share of
         `prefill_s` that is attention (0 where the cached floor is the larger side of the max),
         and the tokens before it."""
-        attention = self.attention_ns * 1e-9 * uncached_tokens * (context_before + uncached_tokens / 2)
+        attention = self.attention_s(uncached_tokens, context_before)
         total = self.prefill_s(uncached_tokens, context_before)
         share = attention / total if total and attention >= self.reuse_s(context_before) else 0.0
         return share, context_before
@@ -297,8 +302,13 @@ class BatchedPrefill(Prefill):
         """The share of its seconds its first `upto` tokens take: the rate's part evenly, the
         attention part as each token attends to the context and the tokens before it (token i
         costs ∝ context + i, so the first x cost ∝ x·(2·context + x))."""
-        u, c, g = self.tokens, self.context, self.growth
-        return (1 - g) * upto / u + (g * upto * (2 * c + upto) / (u * (2 * c + u)) if g else 0.0)
+        g = self.growth
+        return (1 - g) * upto / self.tokens + (g * self.attended(upto) if g else 0.0)
+
+    def attended(self, upto: int) -> float:
+        """The share of its attention its first `upto` tokens take: x·(2c + x) of u·(2c + u)."""
+        c = self.context
+        return upto * (2 * c + upto) / (self.tokens * (2 * c + self.tokens))
 
     def part_s(self, done: int, k: int) -> float:
         """Seconds of its tokens `done` to `done + k` (a batch's part)."""
@@ -320,8 +330,7 @@ class BatchedPrefill(Prefill):
 
     def keep_first(self, keep: int) -> None:
         """Keep its first `keep` tokens only (a hang-up): their seconds, and their attention share."""
-        attention = self.seconds * self.growth * keep * (2 * self.context + keep)
-        attention /= self.tokens * (2 * self.context + self.tokens)
+        attention = self.seconds * self.growth * self.attended(keep)
         self.seconds *= self.share(keep)
         self.growth = attention / self.seconds if self.seconds else 0.0
         self.tokens = keep
