@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from felab.mock_server.config import DEFAULTS
@@ -47,6 +49,25 @@ def test_lesson_defaults_give_the_lesson_numbers() -> None:
     warm = model.overhead_ms / 1000 + model.prefill_s(40)
     assert cold == pytest.approx(1.226, abs=0.001)  # "call 1 about 1.2 s"
     assert warm == pytest.approx(0.031, abs=0.001)  # "calls 2-12 about 30 ms"
+
+
+def test_a_last_piece_of_few_rows_costs_a_pass_over_the_context_per_row() -> None:
+    # llama.cpp on a CPU: pieces of 512, tiles of 64; a piece of fewer rows costs k·rows·context.
+    llama = {"prefill_tps": 50_000.0, "ubatch_tokens": 512, "tile_tokens": 64, "untiled_ns": 620.0}
+    cpu = dataclasses.replace(DEFAULTS, **llama).timing
+    assert cpu.untiled_rows(2590) == 30  # 5 pieces of 512, then 30
+    assert cpu.untiled_rows(2660) == 0  # the last piece has 100 rows: tiled
+    assert cpu.untiled_rows(2560) == 0  # no last piece: 5 whole ones
+    assert cpu.untiled_s(2590) == pytest.approx(620e-9 * 30 * 2590)
+    # A 20-token question after 2,500 cached tokens: its 20 rows each pass over 2,520 tokens.
+    assert cpu.untiled_s(20, 2500) == pytest.approx(620e-9 * 20 * 2520)
+    assert cpu.prefill_s(20, 2500) == pytest.approx(cpu.read_s(20, 2500) + cpu.untiled_s(20, 2500))
+    assert cpu.prefill_s(20, 2500) > cpu.prefill_s(100, 2500)  # fewer new tokens, longer: the tooth
+    # No pieces (none): the whole prompt is one piece, slow only when it is short.
+    whole = dataclasses.replace(cpu, ubatch_tokens=None)
+    assert (whole.untiled_rows(30), whole.untiled_rows(2590)) == (30, 0)
+    # Off by default: lesson 06's numbers do not move.
+    assert DEFAULTS.timing.untiled_s(20, 2500) == 0.0
 
 
 def test_the_prefill_lane_serves_prompts_one_after_another() -> None:

@@ -314,7 +314,7 @@ class PracticeModel:
                 if needed >= holds:
                     return False  # a live prompt needs all it holds: nothing to give back
         booked_end = prefill.end  # when its blocks were last said to be used
-        keep_s = self.timing.prefill_s(max(0, needed - ghost.found_blocks) * block, before)
+        keep_s = self.timing.read_s(max(0, needed - ghost.found_blocks) * block, before)
         if not replica.lane.shorten(prefill, now, keep_s):
             return False
         kept = ghost.found_blocks + self.timing.prefilled_tokens(prefill.seconds, before) // block

@@ -103,6 +103,21 @@ class Settings:
         "the whole context (0: decode does not slow with the prompt)",
         low=0, column="decode ctx ns",
     )  # fmt: skip
+    ubatch_tokens: int | None = setting(
+        None, "prompt tokens computed in one piece (llama.cpp -ub, 512): the last piece holds the rest; "
+        "`none`: a prompt is one piece (matters only with --tile-tokens)",
+        low=1, words={"none": None}, column="ubatch tokens",
+    )  # fmt: skip
+    tile_tokens: int = setting(
+        0, "a last piece with fewer tokens than this is read one token at a time, each a pass over the "
+        "whole context (llama.cpp's CPU attention tiles: 64); 0: never",
+        low=0, column="tile tokens",
+    )  # fmt: skip
+    untiled_ns: float = setting(
+        0.0, "with --tile-tokens: what each token of such a piece costs per token of context, ns "
+        "(0: nothing)",
+        low=0, column="untiled ns",
+    )  # fmt: skip
     chars_per_token: float = setting(
         4.0, "how the modelled engine counts text: characters per token (about 4 in English)",
         scope=SERVER, low=0, low_open=True,
@@ -216,6 +231,9 @@ class Settings:
             decode_slowdown=self.decode_slowdown,
             cached_token_us=self.cached_token_us,
             decode_context_ns=self.decode_context_ns,
+            ubatch_tokens=self.ubatch_tokens,
+            tile_tokens=self.tile_tokens,
+            untiled_ns=self.untiled_ns,
         )
 
 

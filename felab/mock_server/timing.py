@@ -5,6 +5,7 @@
     prefill             = uncached / prefill rate
                           + max(attention_ns·1e-9 · uncached · (context before + uncached / 2),
                                 cached_token_us·1e-6 · cached)
+                          + untiled_ns·1e-9 · rows · context      (a last piece of few rows: below)
     each further token  = 1 / decode rate · (1 + decode_slowdown · (streams - 1))
                           + decode_context_ns·1e-9 · prompt tokens        after the one before
 
@@ -30,6 +31,17 @@ offloaded blocks), that copy is a cost per cached token too. `decode_context_ns`
 makes each reply token cost more after a long prompt: every decode step attends to
 the whole context (the prompt's tokens; the reply's own few are left out: an
 approximation, fixed at booking like `streams`).
+
+A last piece of few rows (`--ubatch-tokens U --tile-tokens T --untiled-ns k`; off by default).
+llama.cpp computes a prompt in pieces of U tokens (its -ub, 512), the last piece holding the
+rest, rows = uncached mod U. On a CPU its attention takes a piece's tokens in tiles of T rows
+(64: GGML_FA_TILE_Q); a piece of fewer than T tokens is read one token at a time instead, each
+a pass over the whole context, as a decode step is. So a prompt 30 tokens past a multiple of 512
+costs about 30 passes more than one 100 tokens past it, and a short question after a long cached
+opening costs its rows times the context, whatever the rate. Measured on llama-server (the kit's
+tiny model, one thread): 53 new tokens after 2,504 cached took 85 ms, 73 took 13 ms; cold,
+2,599 tokens took 226 ms and 2,627 took 177 ms; k ≈ 620 ns per row and context token at 1,000
+to 2,600 tokens of context. Calibrate finds U, T and k (probes.rows).
 
 How concurrent requests share the server. Like one GPU, each replica has one
 prefill lane: prompts are prefilled one after another, in arrival order, each
@@ -92,6 +104,8 @@ class TimingModel:
     Two more, also 0 by default, follow the context (see the module's docstring):
     `cached_token_us`, the cost of each cached prompt token to the request reusing it, and
     `decode_context_ns`, what each token of context adds to the time of each reply token.
+    The last three (off by default) cost a prompt's last piece when it has too few rows for
+    attention's tiles: `ubatch_tokens`, `tile_tokens`, `untiled_ns` (the module's docstring).
     """
 
     overhead_ms: float
@@ -101,14 +115,34 @@ class TimingModel:
     decode_slowdown: float = 0.0
     cached_token_us: float = 0.0
     decode_context_ns: float = 0.0
+    ubatch_tokens: int | None = None
+    tile_tokens: int = 0
+    untiled_ns: float = 0.0
 
     def prefill_s(self, uncached_tokens: int, context_before: int = 0) -> float:
         """Seconds to prefill the tokens the cache did not have, after `context_before` tokens
         already in context (the cached part): the linear term, plus attention, where each new
         token attends to the context and to the new tokens before it (on average half of them),
-        and at least `cached_token_us` for each cached token (the max: see the docstring above)."""
-        attention = self.attention_s(uncached_tokens, context_before)
-        return uncached_tokens / self.prefill_tokens_per_s + max(attention, self.reuse_s(context_before))
+        and at least `cached_token_us` for each cached token (the max: see the docstring above),
+        plus a last piece of few rows read one at a time (`untiled_s`)."""
+        return self.read_s(uncached_tokens, context_before) + self.untiled_s(uncached_tokens, context_before)
+
+    def read_s(self, tokens: int, context_before: int = 0) -> float:
+        """Seconds to read `tokens` after `context_before` by the formula alone, as the first tokens
+        of a longer prompt are read (in whole pieces: no last piece of few rows)."""
+        attention = self.attention_s(tokens, context_before)
+        return tokens / self.prefill_tokens_per_s + max(attention, self.reuse_s(context_before))
+
+    def untiled_rows(self, uncached_tokens: int) -> int:
+        """The rows of the prompt's last piece if it is read one at a time, else 0: the rest after
+        whole pieces of `ubatch_tokens` (none: one piece), when fewer than `tile_tokens`."""
+        rows = uncached_tokens % self.ubatch_tokens if self.ubatch_tokens else uncached_tokens
+        return rows if 0 < rows < self.tile_tokens else 0
+
+    def untiled_s(self, uncached_tokens: int, context_before: int = 0) -> float:
+        """What that last piece costs beyond the formula: each of its rows a pass over the context."""
+        rows = self.untiled_rows(uncached_tokens)
+        return self.untiled_ns * 1e-9 * rows * (context_before + uncached_tokens) if rows else 0.0
 
     def attention_s(self, uncached_tokens: int, context_before: int = 0) -> float:
         """Attention's part of a prefill: each new token attends to the context and to the new
@@ -129,7 +163,7 @@ class TimingModel:
         return self.cached_token_us * 1e-6 * cached_tokens
 
     def prefilled_tokens(self, seconds: float, context_before: int = 0) -> int:
-        """How many tokens `seconds` of prefill computes after `context_before` (prefill_s inverted:
+        """How many tokens `seconds` of prefill computes after `context_before` (read_s inverted:
         both of the max's sides must fit in `seconds`, so the fewer tokens of the two)."""
         k, b = self.attention_ns * 1e-9, 1 / self.prefill_tokens_per_s
         if k == 0:
