@@ -9,7 +9,9 @@ with each assertion.
 
 from __future__ import annotations
 
+import dataclasses
 import http.server
+import random
 import re
 import subprocess
 import sys
@@ -23,12 +25,13 @@ from conftest import KIT, run_felab
 from felab.calibrate import fit, prompts
 from felab.calibrate.command import together_line
 from felab.calibrate.fit import Point
-from felab.calibrate.probes import Sample
+from felab.calibrate.probes import Sample, row_targets
 from felab.calibrate.profile import Profile, to_toml, twin_rounds, write
 from felab.mock_server.booking import PracticeModel, Prompt
 from felab.mock_server.config import DEFAULTS, Settings
 from felab.mock_server.launch import free_port, practice_server
 from felab.mock_server.profile import SCHEMA, ProfileError, read_settings, tomllib
+from felab.mock_server.timing import TimingModel
 
 PROFILES = KIT / "data" / "profiles"
 
@@ -78,6 +81,42 @@ def test_the_floor_per_cached_token_from_short_follow_ups() -> None:
     follow_ups = [Point(u, c, 5.0 + u / 50 + 0.015 * c) for u, c in [(20, 1600), (25, 3200), (18, 5100)]]
     assert fit.fit_reuse(cold, follow_ups) == pytest.approx(15.0)
     assert fit.fit_reuse(cold, []) == 0.0
+
+
+def rows_probe(model: TimingModel, noise: float = 0.0, seed: int = 0) -> list[Point]:
+    """The rows probe's calls (probes.row_targets, a few tokens off each) after 1,934 cached
+    tokens, timed by `model` (5 ms overhead), each off by up to `noise` (a share) at random."""
+    rng = random.Random(seed)
+    out = []
+    for t in row_targets(4480):
+        u = t + rng.randrange(-3, 4)
+        ms = 5 + 1000 * model.prefill_s(u, 1934)
+        out.append(Point(u, 1934, ms * (1 + rng.uniform(-noise, noise))))
+    return out
+
+
+LLAMA_CPU = TimingModel(
+    5.0, 50_000.0, 200.0, attention_ns=36.0, ubatch_tokens=512, tile_tokens=64, untiled_ns=620.0
+)
+"""llama.cpp on a CPU as measured here: pieces of 512, tiles of 64 rows, 620 ns per row and context token."""
+
+
+@pytest.mark.parametrize("piece", [512, 256, 1024, None])
+@pytest.mark.parametrize("tile", [32, 64])
+def test_the_rows_probe_gives_back_the_piece_and_tile_sizes(piece: int | None, tile: int) -> None:
+    model = dataclasses.replace(LLAMA_CPU, ubatch_tokens=piece, tile_tokens=tile)
+    got = fit.fit_untiled(rows_probe(model, noise=0.05))  # a shared machine's few %
+    assert (got.ubatch_tokens, got.tile_tokens) == (piece, tile)
+    assert got.untiled_ns == pytest.approx(620, rel=0.15)
+    assert got.error_pct < 5 < got.without_pct
+
+
+def test_no_slow_last_piece_means_no_term() -> None:
+    # A GPU engine, or the practice server's defaults: time grows smoothly with the new part.
+    smooth = dataclasses.replace(LLAMA_CPU, tile_tokens=0)
+    got = fit.fit_untiled(rows_probe(smooth, noise=0.05))
+    assert got.tile_tokens == 0 and got.untiled_ns == 0.0
+    assert got.extra_ms(30, 2000) == 0.0
 
 
 def test_decode_after_a_long_prompt_gives_the_context_term() -> None:
@@ -252,9 +291,17 @@ KNOWN = {
 }
 
 
-@pytest.mark.parametrize(
-    ("more", "batch"), [((), None), (("--batch-tokens=2048", "--seats=4"), 2048)], ids=["none", "2048"]
+LLAMA_LIKE = (
+    "--batch-tokens=2048",
+    "--seats=4",
+    "--ubatch-tokens=512",
+    "--tile-tokens=64",
+    "--untiled-ns=600",
 )
+"""llama.cpp's batches and seats, and its slow last piece of few rows."""
+
+
+@pytest.mark.parametrize(("more", "batch"), [((), None), (LLAMA_LIKE, 2048)], ids=["none", "llama-like"])
 def test_calibrating_a_practice_server_gives_its_settings_back(
     tmp_path: Path, more: tuple[str, ...], batch: int | None
 ) -> None:
@@ -265,7 +312,7 @@ def test_calibrating_a_practice_server_gives_its_settings_back(
             "calibrate", "--target", "mock", "--base-url", url, "--out", str(out_file), timeout=240
         )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "1/5" in out.stdout and "5/5" in out.stdout and "prefill_attention_ns" in out.stdout
+    assert "1/6" in out.stdout and "6/6" in out.stdout and "prefill_attention_ns" in out.stdout
     got = read_settings(out_file)
     # Exact: how the server counts tokens and what its cache keeps.
     assert got["chars_per_token"] == pytest.approx(4.0, rel=0.01)
@@ -309,6 +356,13 @@ def test_calibrating_a_practice_server_gives_its_settings_back(
     else:  # started with none: 0, or near it on a busy machine
         assert abs(got["batch_slowdown"]) <= 0.1, whole["measured"]
     assert got.get("seats") == (4 if batch else None)
+    # A last piece of few rows: found where the server was started with one (30 rows after 1,900
+    # cached tokens: 34 ms more, against a few ms of noise), and none where it was not.
+    if batch:
+        assert (got.get("ubatch_tokens"), got.get("tile_tokens")) == (512, 64), whole["measured"]
+        assert got["untiled_ns"] == pytest.approx(600, rel=0.3)
+    else:
+        assert "tile_tokens" not in got, whole["measured"]
     assert {"machine", "date", "method", "model"} <= set(whole["profile"])
 
 

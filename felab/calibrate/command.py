@@ -108,6 +108,7 @@ def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) ->
         f"after a cached opening: at least {st['cached_token_us']} µs per cached token in the prefill "
         f"that reuses it; each reply token {st.get('decode_context_ns', 0)} ns slower per prompt token."
     )
+    say(f"a last piece of few rows: {found['rows_probe'].split(';')[0]}.")
     say(together_line(plan.streams, st["batch_tokens"], found, st.get("batch_slowdown", 0.0)))
     shown = os.path.relpath(path, learner_folder())
     say(f"\nprofile written: {shown}")

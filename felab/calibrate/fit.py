@@ -16,6 +16,12 @@ elimination; no numpy, which a learner's core install does not have):
         per cached token; their median (a follow-up where attention is the larger gives only
         an upper bound, and most follow-ups carry a few new tokens, where the floor holds).
 
+    rows: TTFT_ms ≈ a + b · u + d · u² + untiled_ns·1e-6 · rows(u) · (c + u)   (one cached opening, c)
+        rows(u) = u mod ubatch_tokens when below tile_tokens, else 0 (timing.py's last piece):
+        each pair of candidates is fitted, and kept only if it halves the error of the same
+        fit without it (a + b·u + d·u² alone: c is the same for every call, so the attention
+        term's u·c is part of b·u).
+
     interval(k) ≈ interval(1) · (1 + decode_slowdown · (k − 1))    k streams decoding at once
     interval(context) ≈ interval(1) + decode_context_ns·1e-6 · context     after a long prompt
 
@@ -37,6 +43,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 RELATIVE_FROM_MS = 10.0
 """Errors are weighed relative to TTFT + this: a few ms of a busy machine's noise on a 20 ms prompt
@@ -146,6 +153,68 @@ def fit_prefill(points: Sequence[Point]) -> PrefillFit:
     fit = PrefillFit(overhead, 1000 / per_token, attention_ms * 1e6, per_prompt * 1000, ())
     residuals = tuple(100 * (fit.predict_ms(p.uncached, p.context) - p.ttft_ms) / p.ttft_ms for p in points)
     return dataclasses.replace(fit, residuals_pct=residuals)
+
+
+TILE_CANDIDATES = (16, 32, 64, 128, 256)
+"""Tile sizes (rows) calibrate tries: llama.cpp's CPU attention takes 64 (GGML_FA_TILE_Q)."""
+PIECE_CANDIDATES: tuple[int | None, ...] = (None, 2048, 1024, 512, 256)
+"""Piece (ubatch) sizes it tries, None first (on a tie, the simpler model: the prompt one piece)."""
+UNTILED_GAIN = 0.5
+"""The term is kept only if it halves the squared error of the rows probe's fit without it."""
+
+
+@dataclass(frozen=True)
+class UntiledFit:
+    ubatch_tokens: int | None
+    tile_tokens: int
+    """0: no last piece of few rows was seen to cost more (the term is off)."""
+    untiled_ns: float
+    error_pct: float
+    """Mean |relative error| of the rows probe's fit with the term (or without it, when off), %."""
+    without_pct: float
+    """The same, without the term."""
+
+    def extra_ms(self, uncached: int, context: int) -> float:
+        """What the term adds to a prompt's TTFT (timing.py's `untiled_s`), ms."""
+        return 1000 * self.timing().untiled_s(uncached, context)
+
+    def timing(self) -> Any:
+        from felab.mock_server.timing import TimingModel  # the one place the term is written
+
+        return TimingModel(1.0, 1.0, 1.0, ubatch_tokens=self.ubatch_tokens, tile_tokens=self.tile_tokens,
+                           untiled_ns=self.untiled_ns)  # fmt: skip
+
+
+def fit_untiled(points: Sequence[Point]) -> UntiledFit:
+    """ubatch_tokens, tile_tokens and untiled_ns from new parts of chosen lengths after one cached
+    opening (probes.rows): every pair of candidates, the term's k by least squares with the rest."""
+    y = [p.ttft_ms for p in points]
+    w = [1.0 / (v + RELATIVE_FROM_MS) ** 2 for v in y]
+    base = [[1.0, float(p.uncached), p.uncached * p.uncached / 2] for p in points]
+
+    def error(rows: list[list[float]], x: list[float]) -> tuple[float, float]:
+        got = [sum(a * b for a, b in zip(r, x, strict=True)) for r in rows]
+        sse = sum(wi * (g - t) ** 2 for g, t, wi in zip(got, y, w, strict=True))
+        return sse, 100 * sum(abs(g - t) / t for g, t in zip(got, y, strict=True)) / len(y)
+
+    sse0, pct0 = error(base, nonnegative(base, y, w))
+    best = UntiledFit(None, 0, 0.0, pct0, pct0)
+    best_sse = UNTILED_GAIN * sse0
+    for piece in PIECE_CANDIDATES:
+        for tile in TILE_CANDIDATES:
+            if piece is not None and tile >= piece:
+                continue
+            shape = UntiledFit(piece, tile, 1e6, 0.0, pct0)  # 1 ms per row and context token: x in ms
+            rows = [
+                [*r, shape.extra_ms(p.uncached, p.context) / 1e3] for r, p in zip(base, points, strict=True)
+            ]
+            if not any(r[-1] for r in rows):
+                continue
+            x = nonnegative(rows, y, w)
+            sse, pct = error(rows, x)
+            if x[-1] > 0 and sse < best_sse:
+                best, best_sse = UntiledFit(piece, tile, x[-1] * 1e3, pct, pct0), sse
+    return best
 
 
 def fit_slowdown(intervals: dict[int, float]) -> tuple[float, float]:

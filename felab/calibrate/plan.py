@@ -9,6 +9,8 @@ server is too small before it sends anything.
     cold prompts     7 lengths from ~100 tokens to the longest, 5 of each
     openings         3 openings (a quarter, half and 4/5 of the longest), each cold, then 3 times with a
                      short question after it, then with the question and more text
+    rows             one opening (3/10 of the longest), then new parts of 8 to 280 tokens after it, and a
+                     little past 256, 512, 1,024 and 2,048 (a last piece of few rows: probes.rows)
     together         4 cold prompts at once, 4 times
     decode           1 stream, then 2 and 4 at once
 """
@@ -36,6 +38,8 @@ class Plan:
     the requests; with 2 rounds, two batch sizes fitted about as well, run to run."""
     streams: int = 4
     decode_streams: tuple[int, ...] = (1, 2, 4)
+    rows: bool = True
+    """Send the rows probe (left out of the smallest plans)."""
 
     @property
     def cold_lengths(self) -> list[int]:
@@ -50,6 +54,14 @@ class Plan:
         return max(60, self.biggest // 16)
 
     @property
+    def rows_opening(self) -> int:
+        return int(self.biggest * 0.3)
+
+    @property
+    def row_targets(self) -> list[int]:
+        return probes.row_targets(self.biggest - self.rows_opening) if self.rows else []
+
+    @property
     def together_tokens(self) -> int:
         return int(self.biggest * 0.4)
 
@@ -59,6 +71,7 @@ class Plan:
             1
             + len(self.cold_lengths) * self.repeats
             + len(self.opening_lengths) * (2 + self.warm)
+            + (3 + len(self.row_targets) if self.rows else 0)
             + self.together_rounds * self.streams
             + sum(self.decode_streams)
         )
@@ -67,15 +80,22 @@ class Plan:
         """About how many prompt tokens the plan sends (for the announcement; billed on a paid target)."""
         cold = sum(self.cold_lengths) * self.repeats
         opened = sum(o * (2 + self.warm) + self.suffix_tokens * 2 for o in self.opening_lengths)
-        return 100 + cold + opened + self.together_tokens * self.streams * self.together_rounds + 60 * 7
+        targets = self.row_targets
+        rows = (
+            (3 + len(targets)) * self.rows_opening + sum(targets) + 2 * max(targets, default=0)
+            if self.rows
+            else 0
+        )
+        together = self.together_tokens * self.streams * self.together_rounds
+        return 100 + cold + opened + rows + together + 60 * 7
 
 
 SHORTER: tuple[dict[str, Any], ...] = (
     {},
     {"repeats": 3, "together_rounds": 2},
     {"repeats": 2, "warm": 2, "together_rounds": 2},
-    {"repeats": 1, "together_rounds": 1},
-    {"repeats": 1, "together_rounds": 1, "warm": 1, "decode_streams": (1, 2)},
+    {"repeats": 1, "together_rounds": 1, "rows": False},
+    {"repeats": 1, "together_rounds": 1, "warm": 1, "decode_streams": (1, 2), "rows": False},
 )
 """Ever smaller plans, for a small --max-requests: fewer repeats first, then fewer steps."""
 
@@ -113,25 +133,32 @@ class Measurements:
     cold: list[list[probes.Sample]] = field(default_factory=list)
     """Cold prompts: the repeats of each length."""
     openings: list[probes.Opening] = field(default_factory=list)
+    rows: list[probes.Sample] = field(default_factory=list)
+    """New parts of chosen lengths after one cached opening (empty: not measured)."""
     together: list[list[probes.Sample]] = field(default_factory=list)
     decode: dict[int, list[probes.Sample]] = field(default_factory=dict)
 
 
 def measure(p: Prober, plan: Plan, facts: ServerFacts) -> Measurements:
     """Run the plan's steps in order, with a progress line for each."""
-    p.say("  1/5  a first short call (does it answer, and report its prompt tokens?)")
+    n = 6 if plan.rows else 5
+    p.say(f"  1/{n}  a first short call (does it answer, and report its prompt tokens?)")
     m = Measurements(facts, probes.first_call(p))
     p.learn_chars_per_token([m.first])
     p.say(
-        f"  2/5  cold prompts of {len(plan.cold_lengths)} lengths, {plan.repeats}x each (prefill, overhead)"
+        f"  2/{n}  cold prompts of {len(plan.cold_lengths)} lengths, {plan.repeats}x each (prefill, overhead)"
     )
     m.cold = probes.cold(p, plan.cold_lengths, plan.repeats)
-    p.say(f"  3/5  {len(plan.opening_lengths)} openings, each sent again with new text (prefix cache)")
+    p.say(f"  3/{n}  {len(plan.opening_lengths)} openings, each sent again with new text (prefix cache)")
     m.openings = probes.openings(p, plan.opening_lengths, plan.suffix_tokens, plan.warm)
-    p.say(f"  4/5  {plan.streams} cold prompts at once (how prefill is shared)")
+    if plan.rows:
+        p.say(f"  4/{n}  new parts of {len(plan.row_targets)} lengths after an opening (a small last piece)")
+        m.rows = probes.rows(p, plan.rows_opening, plan.row_targets)
+    p.say(f"  {n - 1}/{n}  {plan.streams} cold prompts at once (how prefill is shared)")
     m.together = probes.together(p, plan.together_tokens, plan.streams, plan.together_rounds)
     p.say(
-        f"  5/5  replies, {probes.DECODE_MAX_TOKENS} tokens, 1 to {max(plan.decode_streams)} at once (decode)"
+        f"  {n}/{n}  replies, {probes.DECODE_MAX_TOKENS} tokens, "
+        f"1 to {max(plan.decode_streams)} at once (decode)"
     )
     m.decode = probes.decode(p, plan.decode_streams)
     return m

@@ -11,6 +11,8 @@ progress lines. The probes, in the order calibrate runs them:
                    and how the engine counts tokens (characters per prompt token)
     openings       an opening sent again with new text after it: reuse, its kind (whole blocks
                    or the longest common prefix), and prefill after a long context
+    rows           new parts of chosen lengths after one cached opening: is a last piece of few
+                   rows read one at a time (llama.cpp on a CPU), and below what size, in pieces of what
     together       4 cold prompts at once: are they prefilled one after another, or together?
     decode         1, 2 and 4 streams at once: time per output token, and how streams share it
 """
@@ -274,6 +276,48 @@ def openings(p: Prober, lengths: list[int], suffix_tokens: int, warm: int) -> li
             f"    {n + 1}/{len(lengths)}  {first.prompt_tokens:,} tokens cold {first.ttft_ms:.0f} ms; "
             f"again with new text: cached {cached}, TTFT {times} ms"
         )
+    return out
+
+
+ROW_TARGETS = (8, 20, 28, 44, 56, 72, 100, 140, 200, 280)
+"""New tokens after a cached opening, on both sides of each tile size an engine may use (16, 32,
+64, 128 and 256 rows): where the time per new token jumps down is the tile size."""
+PIECE_SIZES = (256, 512, 1024, 2048)
+"""Piece (ubatch) sizes the rows probe tells apart: llama.cpp's -ub is 512 by default."""
+PIECE_PAST = (12, 44)
+"""Tokens past a multiple of each piece size: a last piece smaller than most tile sizes."""
+
+
+def row_targets(room: int) -> list[int]:
+    """The new parts the rows probe sends, in tokens: ROW_TARGETS, then a little past each piece
+    size that fits in `room` tokens."""
+    past = [size + k for size in PIECE_SIZES for k in PIECE_PAST if size + k + 40 <= room]
+    return [*ROW_TARGETS, *past]
+
+
+def rows(p: Prober, opening_tokens: int, targets: list[int]) -> list[Sample]:
+    """One opening, cached, then new parts of about each of `targets` tokens after it.
+
+    The new parts are cuts of one text, each after a tag of its own (so nothing of it is cached):
+    two first calls, one long and one short, give how many tokens a cut of that text makes
+    (the tag and the template's few, then the text's own characters per token), so each later
+    cut lands within a few tokens of its target. Each call's new tokens are read from its usage
+    (prompt_tokens - cached_tokens): the fit uses what was sent, not what was aimed at."""
+    text = prompts.opening(p.tokens_to_chars(opening_tokens), p.rng)
+    p.call(prompts.with_question(text, prompts.QUESTIONS[0]))  # the opening, cached from here on
+    body = prompts.prose(p.tokens_to_chars(max(targets) + 200), p.rng)
+
+    def ask(chars: int) -> Sample:
+        return p.call(prompts.with_question(text, f"{prompts.tag(p.rng)} {body[:chars]}"))
+
+    long_cut, short_cut = p.tokens_to_chars(max(targets)), p.tokens_to_chars(60)
+    far, near = ask(long_cut), ask(short_cut)
+    out = [far, near]
+    per_token = (long_cut - short_cut) / max(far.uncached - near.uncached, 1)
+    for t in targets:
+        out.append(ask(max(0, short_cut + round((t - near.uncached) * per_token))))
+    shown = ", ".join(f"{s.uncached}: {s.ttft_ms:.0f}" for s in sorted(out, key=lambda s: s.uncached)[:12])
+    p.say(f"    after {near.cached_tokens or 0:,} cached tokens, new tokens: TTFT ms  {shown} ...")
     return out
 
 

@@ -44,6 +44,15 @@ MEANINGS: dict[str, tuple[str, str]] = {
         "µs",
         "least time per cached prompt token in the prefill that reuses it (beyond the rate; or attention)",
     ),
+    "ubatch_tokens": (
+        "tokens",
+        "prompt tokens computed in one piece (llama.cpp -ub): the last piece holds the rest",
+    ),
+    "tile_tokens": (
+        "tokens",
+        "a last piece of fewer tokens is read one at a time, each a pass over the context",
+    ),
+    "untiled_ns": ("ns", "what each token of such a piece costs per token of context"),
     "chars_per_token": ("chars", "characters of text per prompt token, as the engine counts them"),
     "decode_tps": ("tokens/s", "reply tokens per second of one stream alone"),
     "decode_slowdown": ("", "each further stream decoding at once slows every stream by this share"),
@@ -74,9 +83,12 @@ FOLLOW_UP_SHARE = 0.05
 """A call after a cached opening is a short follow-up (it fits cached_token_us) when its new part is at
 most this share of what was cached: a question of 20 to 40 tokens after 1,600 or more."""
 
-PREFIX_BLOCK_TOKENS = 16
+PREFIX_BLOCK_TOKENS = 2
 """Block size a twin of a longest-common-prefix cache gets: the practice server finds a shared
-prefix in whole blocks, so a small block keeps its miss under 16 tokens."""
+prefix in whole blocks, so a small block keeps its miss under 2 tokens. It matters: a question
+after a cached opening is a last piece of few rows (untiled_ns), whose cost follows its row
+count, and 16-token blocks gave the twin 8 more rows on average (+27% on 20-row questions, run
+1 of docs/practice-server.md). Hashing 2-token blocks costs the twin 0.4 ms a 3,000-token prompt."""
 
 
 @dataclass
@@ -93,26 +105,43 @@ def machine() -> str:
     return f"{platform.system()} {platform.release()}, {cpu}, {os.cpu_count()} cores"
 
 
-def cold_points(m: Measurements) -> list[fit.Point]:
+NO_PIECES = fit.UntiledFit(None, 0, 0.0, 0.0, 0.0)
+"""No last piece of few rows found (or not measured): the term adds nothing."""
+
+
+def point(s: Sample, pieces: fit.UntiledFit = NO_PIECES) -> fit.Point:
+    """A request as a point of the prefill fit, less what its last piece of few rows added."""
+    context = s.cached_tokens or 0
+    return fit.Point(s.uncached, context, s.ttft_ms - pieces.extra_ms(s.uncached, context))
+
+
+def cold_points(m: Measurements, pieces: fit.UntiledFit = NO_PIECES) -> list[fit.Point]:
     """The cold prompts, each length's repeats as one point: their median TTFT (the check compares
-    medians). The prefill terms are fitted from these alone: a prompt measured once (the first
-    call, an opening's cold call) can be caught by a busy moment and bend the curve."""
+    medians), each less what its last piece of few rows added (`pieces`: a prompt 30 tokens past
+    a multiple of 512 took 20 to 60% longer than one 100 past). The prefill terms are fitted from
+    these alone: a prompt measured once (the first call, an opening's cold call) can be caught by
+    a busy moment and bend the curve."""
     return [
-        fit.Point(g[0].uncached, g[0].cached_tokens or 0, fit.median([s.ttft_ms for s in g]))
+        fit.Point(g[0].uncached, g[0].cached_tokens or 0, fit.median([point(s, pieces).ttft_ms for s in g]))
         for g in m.cold
         if g
     ]
 
 
-def prefill_points(m: Measurements) -> list[fit.Point]:
+def prefill_points(m: Measurements, pieces: fit.UntiledFit = NO_PIECES) -> list[fit.Point]:
     """Every request read alone: the cold prompts (as in `cold_points`), the first call, each
     opening cold and then again with new text after it."""
     alone = [m.first, *(o.cold for o in m.openings)]
     warm = [s for o in m.openings for s in o.warm if s.cached_tokens is not None]
-    return [
-        *cold_points(m),
-        *(fit.Point(s.uncached, s.cached_tokens or 0, s.ttft_ms) for s in [*alone, *warm]),
-    ]
+    return [*cold_points(m, pieces), *(point(s, pieces) for s in [*alone, *warm])]
+
+
+def untiled(m: Measurements) -> fit.UntiledFit:
+    """The rows probe's finding: a last piece of few rows read one at a time, or none (NO_PIECES when
+    it was not sent, or the server reports no cached tokens to count the new ones by)."""
+    if len(m.rows) < 8 or any(s.cached_tokens is None for s in m.rows):
+        return NO_PIECES
+    return fit.fit_untiled([point(s) for s in m.rows])
 
 
 def twin_rounds(
@@ -159,11 +188,12 @@ def build(
     """The profile of what was measured: the fit, the settings it gives, the evidence.
     `delivery_ms`: what the practice server itself adds on this machine (probes.delivery_ms),
     taken out of the overhead, since the twin adds it back."""
-    points = prefill_points(m)
+    pieces = untiled(m)
+    points = prefill_points(m, pieces)
     # The prefill terms come from the prompts read cold; the calls after a cached opening then give
     # cached_token_us (fitting them together would bend the cold curve). All of them give a cost
     # per prompt token cached or not, kept in [measured] as a diagnosis.
-    prefill = fit.fit_prefill(cold_points(m))
+    prefill = fit.fit_prefill(cold_points(m, pieces))
     per_prompt_us = fit.fit_prefill(points).per_prompt_token_us
     cold = [s for group in m.cold for s in group]
     tokens = fit.fit_chars_per_token([(s.chars, s.prompt_tokens) for s in [m.first, *cold]])
@@ -181,6 +211,11 @@ def build(
         "prefill_attention_ns": fit.sig(prefill.attention_ns),
         "chars_per_token": fit.sig(tokens),
     }
+    if pieces.tile_tokens:
+        if pieces.ubatch_tokens is not None:  # (none, the default: the prompt is one piece)
+            settings["ubatch_tokens"] = pieces.ubatch_tokens
+        settings["tile_tokens"] = pieces.tile_tokens
+        settings["untiled_ns"] = fit.sig(pieces.untiled_ns)
     # Only the short follow-ups (a question after the opening): with a long new part, attention is
     # the larger side of the max and the call says nothing about the floor.
     short = [p for p in points if 0 < p.uncached <= FOLLOW_UP_SHARE * p.context]
@@ -234,12 +269,14 @@ def build(
             "prefill_points": len(residuals),
             "ttft_residual_median_pct": fit.sig(fit.median(residuals), 2),
             "ttft_residual_max_pct": fit.sig(max(residuals), 2),
-            "formula": "TTFT = overhead + u/prefill_tps + max(attention·u·(c + u/2), cached_token_us·c)",
+            "formula": "TTFT = overhead + u/prefill_tps + max(attention·u·(c + u/2), cached_token_us·c)"
+            " + untiled_ns·rows·(c + u), rows = u mod ubatch_tokens when below tile_tokens",
             "overhead_fitted_ms": fit.sig(prefill.overhead_ms),
             "delivery_subtracted_ms": fit.sig(delivery_ms),
         },
         {
             "per_prompt_token_us": fit.sig(per_prompt_us, 2),
+            "rows_probe": rows_evidence(m, pieces),
             "cache_reuse": cache.reuse,
             "cache_evidence": cache.evidence,
             "together_ttft_ms": [round(t) for r in rounds for t in sorted(r)],
@@ -251,6 +288,22 @@ def build(
             "prompt_tokens_seen": [s.prompt_tokens for s in cold],
         },
     )
+
+
+def rows_evidence(m: Measurements, pieces: fit.UntiledFit) -> str:
+    """What the rows probe showed, in a line for [measured]."""
+    if not m.rows:
+        return "not measured"
+    if any(s.cached_tokens is None for s in m.rows):
+        return "not fitted: the server reports no cached tokens, so new tokens cannot be counted"
+    seen = ", ".join(f"{s.uncached}: {s.ttft_ms:.0f}" for s in sorted(m.rows, key=lambda s: s.uncached))
+    found = (
+        f"pieces of {pieces.ubatch_tokens or 'the whole prompt'}, tiles of {pieces.tile_tokens}: fit off by "
+        f"{pieces.error_pct:.0f}% (without the term {pieces.without_pct:.0f}%)"
+        if pieces.tile_tokens
+        else f"none costs more (the term would not halve the fit's {pieces.without_pct:.0f}% error)"
+    )
+    return f"{found}; new tokens: TTFT ms after {m.rows[0].cached_tokens:,} cached: {seen}"
 
 
 # ── TOML, by hand ────────────────────────────────────────────────────────────
