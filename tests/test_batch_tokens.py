@@ -10,6 +10,7 @@ and a virtual replay (a TTFT is tallied once it is final).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import random
@@ -210,6 +211,40 @@ def test_a_hang_up_keeps_the_time_of_the_tokens_it_keeps() -> None:
     assert a.growth == pytest.approx(GROWING.growth(2048)[0])
 
 
+PIECES = dataclasses.replace(GROWING, ubatch_tokens=512, tile_tokens=64, untiled_ns=600.0)
+"""GROWING with llama.cpp's last piece of few rows (pieces of 512, tiles of 64)."""
+
+
+def test_a_last_piece_of_few_rows_is_paid_by_the_batch_holding_it_not_spread() -> None:
+    # 2,590 tokens, batches of 2,048: the last piece (30 rows) is in the second batch, so the
+    # first costs what its 2,048 tokens cost by the formula, and the second pays the piece.
+    lane = BatchLane(2048)
+    (a,) = [lane.book(0.0, PIECES.prefill_s(2590), 0.0, 2590, growth=PIECES.growth(2590))]
+    assert isinstance(a, BatchedPrefill) and a.tail == pytest.approx(PIECES.untiled_s(2590))
+    first, second = lane.batches
+    assert first.end - first.start == pytest.approx(PIECES.read_s(2048))
+    assert second.end - second.start == pytest.approx(
+        PIECES.read_s(2590) - PIECES.read_s(2048) + PIECES.untiled_s(2590)
+    )
+    assert a.end == pytest.approx(PIECES.prefill_s(2590))
+    # A hang-up during the first batch keeps its 2,048 tokens, with no piece of few rows.
+    lane.cancel(a, now=0.01)
+    assert (a.tokens, a.tail) == (2048, 0.0) and a.seconds == pytest.approx(PIECES.read_s(2048))
+
+
+def test_a_prompt_cut_short_never_counts_its_last_piece_as_computed() -> None:
+    # 20 new tokens after 2,500 cached: the formula reads them in 2 ms, the piece takes 30 more;
+    # half-way, the tokens are not computed yet (their piece is one, read a row at a time).
+    assert PIECES.prefilled_tokens(PIECES.read_s(20, 2500), 2500) == 20
+    assert PIECES.computed_tokens(PIECES.prefill_s(20, 2500) / 2, 20, 2500) == 0
+    assert PIECES.computed_tokens(PIECES.prefill_s(20, 2500), 20, 2500) == 20
+    # 2,590 cold: before its end, at most the 2,560 of its whole pieces.
+    assert PIECES.computed_tokens(PIECES.read_s(2590), 2590) == 2560
+    assert GROWING.computed_tokens(GROWING.read_s(1000), 2590) == GROWING.prefilled_tokens(
+        GROWING.read_s(1000)
+    )
+
+
 # ── The booking core ─────────────────────────────────────────────────────────
 
 
@@ -328,6 +363,17 @@ def test_a_live_server_sends_first_tokens_at_the_ends_of_the_batches() -> None:
 # ── Random work: what must hold whatever comes and goes ──────────────────────
 
 
+def spans(t: BatchedPrefill, batches: list) -> list[tuple[int, int]]:
+    """(tokens before, tokens) of each of its parts, in batch order."""
+    out, done = [], 0
+    for b in batches:
+        for x, k in b.parts:
+            if x is t:
+                out.append((done, k))
+                done += k
+    return out
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_random_bookings_and_hang_ups_keep_the_batches_whole(seed: int) -> None:
     # Batches never overlap or overfill; every prompt still in the lane is planned to its last
@@ -341,8 +387,9 @@ def test_random_bookings_and_hang_ups_keep_the_batches_whole(seed: int) -> None:
             lane.cancel(rng.choice(turns), now, keep_s=rng.random() * 0.02 * (rng.random() < 0.3))
         else:
             n, rank = rng.randint(1, 5000), rng.choice([None, 0, 1, 2, 3])
-            growth = (rng.choice([0.0, rng.random()]), rng.choice([0, rng.randint(1, 8000)]))
-            turns.append(lane.book(now + rng.random() * 0.03, n / TPS, now, n, rank, growth))
+            tail = rng.choice([0.0, rng.random() * 0.01])  # a last piece of few rows, or none
+            growth = (rng.choice([0.0, rng.random()]), rng.choice([0, rng.randint(1, 8000)]), tail)
+            turns.append(lane.book(now + rng.random() * 0.03, n / TPS + tail, now, n, rank, growth))
         batches = list(lane.batches)
         for a, b in itertools.pairwise(batches):
             assert a.end <= b.start + 1e-12
@@ -356,6 +403,8 @@ def test_random_bookings_and_hang_ups_keep_the_batches_whole(seed: int) -> None:
             for i, t in whole.items()
             if sum(k for b in batches for x, k in b.parts if x is t) == t.tokens
         }
+        for t in whole.values():  # its parts add up to its seconds, the tail in its last
+            assert sum(t.part_s(d, k) for d, k in spans(t, batches)) == pytest.approx(t.seconds)
         done = {i: 0 for i in whole}
         for b in batches:  # as long as its parts, and the slowdown's share longer when shared
             work = 0.0

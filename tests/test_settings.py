@@ -60,6 +60,11 @@ def test_the_server_command_line_for_some_settings_starts_those_settings() -> No
         ({"seats": 0}, "--seats must be at least 1, not 0"),
         ({"cache_mode": "seat-prefix"}, "--cache-mode seat-prefix keeps a prompt per seat: give --seats too"),
         ({"route_cache_threshold": 1.5}, "--route-cache-threshold must be at most 1, not 1.5"),
+        (
+            {"ubatch_tokens": 32, "tile_tokens": 64},
+            "--tile-tokens 64 is more than --ubatch-tokens 32: every piece would be read a row at a "
+            "time; give a tile size up to the piece size",
+        ),
     ],
 )
 def test_every_check_lives_in_settings_and_names_the_flag(changes: dict, message: str) -> None:

@@ -163,7 +163,7 @@ class PracticeModel:
         cached = prompt.tokens - uncached
         rank = None if seat is None or replica.seats is None else replica.seats.seats.index(seat)
         seconds = self.timing.prefill_s(uncached, cached)
-        growth = self.timing.growth(uncached, cached) if self.settings.batch_tokens else (0.0, 0)
+        growth = self.timing.growth(uncached, cached) if self.settings.batch_tokens else (0.0, 0, 0.0)
         prefill = replica.lane.book(admission, seconds, now, uncached, rank, growth)
         if self.settings.cache_mode == "blocks":  # (batched, prefill.end may move later, by less than
             replica.cache.insert(prompt.keys, used_at=prefill.end)  # a batch: the TTL starts that early)
@@ -306,7 +306,8 @@ class PracticeModel:
         replica, prefill = ghost.replica, ghost.prefill
         block = replica.cache.block_tokens
         before = ghost.found_blocks * block  # tokens already in context when its prefill began
-        holds = ghost.found_blocks + self.timing.prefilled_tokens(prefill.seconds, before) // block
+        uncached = ghost.prompt_tokens - ghost.cached_tokens
+        holds = ghost.found_blocks + self.timing.computed_tokens(prefill.seconds, uncached, before) // block
         needed = 0
         for b in self.live.values():  # the live prompts booked after it on its replica
             if b.replica is replica and int(b.rid) > int(ghost.rid):
@@ -317,7 +318,7 @@ class PracticeModel:
         keep_s = self.timing.read_s(max(0, needed - ghost.found_blocks) * block, before)
         if not replica.lane.shorten(prefill, now, keep_s):
             return False
-        kept = ghost.found_blocks + self.timing.prefilled_tokens(prefill.seconds, before) // block
+        kept = ghost.found_blocks + self.timing.computed_tokens(prefill.seconds, uncached, before) // block
         replica.cache.forget(ghost.keys[kept:])
         if ghost.seat is not None and ghost.seat.keys is ghost.keys:  # seat-prefix: what it read
             ghost.seat.keys = ghost.keys[:kept]

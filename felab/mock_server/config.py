@@ -218,6 +218,11 @@ class Settings:
                 raise ValueError(message)
         if self.seats is not None and self.seats > self.context_tokens:
             raise ValueError(f"--seats {self.seats} leaves no context to a seat: at most --context-tokens")
+        if self.ubatch_tokens is not None and self.tile_tokens > self.ubatch_tokens:
+            raise ValueError(
+                f"--tile-tokens {self.tile_tokens} is more than --ubatch-tokens {self.ubatch_tokens}: "
+                f"every piece would be read a row at a time; give a tile size up to the piece size"
+            )
         if self.cache_mode == "seat-prefix" and self.seats is None:
             raise ValueError("--cache-mode seat-prefix keeps a prompt per seat: give --seats too")
 

@@ -5,7 +5,8 @@
     prefill             = uncached / prefill rate
                           + max(attention_ns·1e-9 · uncached · (context before + uncached / 2),
                                 cached_token_us·1e-6 · cached)
-                          + untiled_ns·1e-9 · rows · context      (a last piece of few rows: below)
+                          + untiled_ns·1e-9 · rows · (context before + uncached)
+                                                           (a last piece of few rows: below)
     each further token  = 1 / decode rate · (1 + decode_slowdown · (streams - 1))
                           + decode_context_ns·1e-9 · prompt tokens        after the one before
 
@@ -149,14 +150,14 @@ class TimingModel:
         tokens before it (on average half of them)."""
         return self.attention_ns * 1e-9 * uncached_tokens * (context_before + uncached_tokens / 2)
 
-    def growth(self, uncached_tokens: int, context_before: int = 0) -> tuple[float, int]:
-        """How a prompt's prefill grows along it, for a lane that batches: the share of
-        `prefill_s` that is attention (0 where the cached floor is the larger side of the max),
-        and the tokens before it."""
+    def growth(self, uncached_tokens: int, context_before: int = 0) -> tuple[float, int, float]:
+        """How a prompt's prefill grows along it, for a lane that batches: the share of `read_s`
+        that is attention (0 where the cached floor is the larger side of the max), the tokens
+        before it, and its last piece's cost (`untiled_s`, paid by the batch holding its last token)."""
         attention = self.attention_s(uncached_tokens, context_before)
-        total = self.prefill_s(uncached_tokens, context_before)
-        share = attention / total if total and attention >= self.reuse_s(context_before) else 0.0
-        return share, context_before
+        read = self.read_s(uncached_tokens, context_before)
+        share = attention / read if read and attention >= self.reuse_s(context_before) else 0.0
+        return share, context_before, self.untiled_s(uncached_tokens, context_before)
 
     def reuse_s(self, cached_tokens: int) -> float:
         """The least a prefill after `cached_tokens` cached ones spends on them (0 by default)."""
@@ -175,6 +176,15 @@ class TimingModel:
             rest = max(0.0, seconds - self.reuse_s(context_before))  # the floor's side
             done = min(done, int(rest * self.prefill_tokens_per_s))
         return done
+
+    def computed_tokens(self, seconds: float, uncached_tokens: int, context_before: int = 0) -> int:
+        """How many of a prompt's `uncached_tokens` `seconds` of its prefill computed: all once its
+        `prefill_s` is over; before that, what `read_s` gives in that time, but never its last
+        piece of few rows, which ends its prefill (a hang-up keeps these tokens' blocks)."""
+        if seconds >= self.prefill_s(uncached_tokens, context_before):
+            return uncached_tokens
+        done = self.prefilled_tokens(seconds, context_before)
+        return min(done, uncached_tokens - self.untiled_rows(uncached_tokens))
 
     def token_interval_s(self, streams: int = 1, context: int = 0) -> float:
         """Seconds between two generated tokens of one stream, with `streams` decoding on its
@@ -224,7 +234,7 @@ class PrefillLane:
         now: float,
         tokens: int = 0,
         rank: float | None = None,
-        growth: tuple[float, int] = (0.0, 0),
+        growth: tuple[float, int, float] = (0.0, 0, 0.0),
     ) -> Prefill:
         """Book the lane for one prompt, behind every prompt booked before it (`tokens`, how
         many it prefills, its `rank` and `growth`, matter only to a lane that batches: `BatchLane`)."""
@@ -308,8 +318,11 @@ class BatchedPrefill(Prefill):
 
     tokens: int = 1
     """Prompt tokens it prefills; its `seconds` are spread over them as its terms say (`part_s`)."""
+    tail: float = 0.0
+    """Seconds of its `seconds` that its last piece of few rows adds (TimingModel.untiled_s): paid
+    by the part holding its last token, not spread."""
     growth: float = 0.0
-    """The share of its `seconds` that is attention: a token's share grows with its place."""
+    """The share of its other seconds that is attention: a token's share grows with its place."""
     context: int = 0
     """Tokens in context before its first (its cached part), for the attention share."""
     rank: float = 0.0
@@ -333,8 +346,8 @@ class BatchedPrefill(Prefill):
         return self.end
 
     def share(self, upto: int) -> float:
-        """The share of its seconds its first `upto` tokens take: the rate's part evenly, the
-        attention part as each token attends to the context and the tokens before it (token i
+        """The share of its seconds (but its `tail`) its first `upto` tokens take: the rate's part
+        evenly, the attention part as each token attends to the context and the tokens before it (token i
         costs ∝ context + i, so the first x cost ∝ x·(2·context + x))."""
         g = self.growth
         return (1 - g) * upto / self.tokens + (g * self.attended(upto) if g else 0.0)
@@ -345,8 +358,9 @@ class BatchedPrefill(Prefill):
         return upto * (2 * c + upto) / (self.tokens * (2 * c + self.tokens))
 
     def part_s(self, done: int, k: int) -> float:
-        """Seconds of its tokens `done` to `done + k` (a batch's part)."""
-        return self.seconds * (self.share(done + k) - self.share(done))
+        """Seconds of its tokens `done` to `done + k` (a batch's part): the last part pays the tail."""
+        read = (self.seconds - self.tail) * (self.share(done + k) - self.share(done))
+        return read + (self.tail if done + k >= self.tokens else 0.0)
 
     def tokens_in(self, seconds: float) -> int:
         """The fewest of its first tokens that take at least `seconds` (`share` inverted: with
@@ -358,16 +372,18 @@ class BatchedPrefill(Prefill):
         u, c, g = self.tokens, self.context, self.growth
         a = g / (u * (2 * c + u))  # share(k) = a·k² + b·k
         b = 2 * a * c + (1 - g) / u
-        q = seconds / self.seconds
+        q = min(1.0, seconds / (self.seconds - self.tail))  # (the tail comes after its last token)
         k = q / b if a == 0 else (math.sqrt(b * b + 4 * a * q) - b) / (2 * a)
         return min(u, math.ceil(k - 1e-9))
 
     def keep_first(self, keep: int) -> None:
-        """Keep its first `keep` tokens only (a hang-up): their seconds, and their attention share."""
-        attention = self.seconds * self.growth * self.attended(keep)
-        self.seconds *= self.share(keep)
+        """Keep its first `keep` tokens only (a hang-up): their seconds, and their attention share
+        (no tail: the piece of few rows was its last, which is not kept)."""
+        read = self.seconds - self.tail
+        attention = read * self.growth * self.attended(keep)
+        self.seconds = read * self.share(keep)
         self.growth = attention / self.seconds if self.seconds else 0.0
-        self.tokens = keep
+        self.tokens, self.tail = keep, 0.0
 
 
 class BatchLane(PrefillLane):
@@ -402,15 +418,15 @@ class BatchLane(PrefillLane):
         now: float,
         tokens: int = 0,
         rank: float | None = None,
-        growth: tuple[float, int] = (0.0, 0),
+        growth: tuple[float, int, float] = (0.0, 0, 0.0),
     ) -> Prefill:
-        """`growth`: the share of `seconds` that is attention, and the tokens before the prompt
-        (TimingModel.growth), so its later tokens cost more than its first (`part_s`)."""
+        """`growth`: the share of `seconds` that is attention, the tokens before the prompt and its
+        last piece's cost (TimingModel.growth), so its later tokens cost more than its first (`part_s`)."""
         self.forget(now)  # (a prompt's end is its last batch's)
         while self.batches and all(t.end <= now for t, _ in self.batches[0].parts):  # history
             self.batches.popleft()
         turn = BatchedPrefill(ready_at, seconds, math.inf, tokens=max(tokens, 1))
-        turn.growth, turn.context = growth
+        turn.growth, turn.context, turn.tail = growth
         turn.rank, turn.left = next(self.arrivals) if rank is None else rank, turn.tokens
         since = max(ready_at, now)  # a batch formed before it is ready is none of its business
         if (turn.rank, ready_at) >= self.top and self.batches:  # last in line: only the end moves
@@ -440,7 +456,7 @@ class BatchLane(PrefillLane):
         if keep:
             turn.keep_first(keep)
         else:
-            turn.seconds, turn.tokens, turn.growth = 0.0, 1, 0.0
+            turn.seconds, turn.tokens, turn.growth, turn.tail = 0.0, 1, 0.0, 0.0
         turn.dropped = keep == 0
         return True
 
