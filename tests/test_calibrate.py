@@ -25,8 +25,17 @@ from conftest import KIT, run_felab
 from felab.calibrate import fit, prompts
 from felab.calibrate.command import together_line
 from felab.calibrate.fit import Point
+from felab.calibrate.plan import Measurements
 from felab.calibrate.probes import Sample, row_targets
-from felab.calibrate.profile import Profile, to_toml, twin_rounds, write
+from felab.calibrate.profile import (
+    Profile,
+    rows_after_opening,
+    rows_evidence,
+    to_toml,
+    twin_rounds,
+    untiled,
+    write,
+)
 from felab.mock_server.booking import PracticeModel, Prompt
 from felab.mock_server.config import DEFAULTS, Settings
 from felab.mock_server.launch import free_port, practice_server
@@ -117,6 +126,25 @@ def test_no_slow_last_piece_means_no_term() -> None:
     got = fit.fit_untiled(rows_probe(smooth, noise=0.05))
     assert got.tile_tokens == 0 and got.untiled_ns == 0.0
     assert got.extra_ms(30, 2000) == 0.0
+
+
+def test_the_rows_probe_counts_only_calls_that_found_its_opening_cached() -> None:
+    # Calls sent to another seat (nothing cached) or reported without a count say nothing about
+    # their new part alone: they are left out, and with too few left, the term is not fitted.
+    def call(u: int, cached: int | None) -> Sample:
+        ms = 5 + 1000 * LLAMA_CPU.prefill_s(u, cached or 0)
+        return Sample(4 * (u + (cached or 0)), u + (cached or 0), cached, ms, 2)
+
+    good = [call(t, 1934) for t in row_targets(4480)]
+    strays = [call(300, 0), call(2400, None), call(40, 1200)]
+    m = Measurements(None, call(100, 0), rows=[*good, *strays])  # type: ignore[arg-type]
+    assert rows_after_opening(m) == good
+    got = untiled(m)
+    assert (got.ubatch_tokens, got.tile_tokens) == (512, 64)
+    assert got.untiled_ns == pytest.approx(620, rel=1e-3)
+    few = Measurements(None, call(100, 0), rows=[*good[:5], *strays])  # type: ignore[arg-type]
+    assert untiled(few).tile_tokens == 0
+    assert "not fitted: 5 of 8 calls found the opening cached" in rows_evidence(few, untiled(few))
 
 
 def test_decode_after_a_long_prompt_gives_the_context_term() -> None:

@@ -234,12 +234,11 @@ def drift(real: dict[str, list[Sample]], settings: dict[str, Any]) -> float | No
     """How much slower (above 1) or faster the real server's cold prompts were than the profile
     predicts (its formula, alone on an idle server): the median of their ratios. Far from 1, the
     server's speed changed since it was calibrated (a busy machine, other settings)."""
-    from felab.calibrate.fit import median, predict_ms
+    from felab.calibrate.fit import median
+    from felab.mock_server.profile import ttft_ms
 
-    terms = (settings.get("overhead_ms", 15.0), settings.get("prefill_tps", 2500.0))
-    attention = settings.get("prefill_attention_ns", 0.0)
     ratios = [
-        s.ttft_ms / predict_ms(*terms, attention, s.uncached, s.cached_tokens or 0)
+        s.ttft_ms / ttft_ms(settings, s.uncached, s.cached_tokens or 0)
         for kind, got in real.items()
         if kind.startswith("cold")
         for s in got

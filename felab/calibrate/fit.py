@@ -1,6 +1,6 @@
 """Least squares, closed form: the timing terms from what the probes measured.
 
-Three fits, each small enough to solve exactly (normal equations, Gaussian
+Small fits, each solved exactly (normal equations, Gaussian
 elimination; no numpy, which a learner's core install does not have):
 
     TTFT_ms ≈ overhead_ms + u · 1000 / prefill_tps + attention_ns·1e-6 · u · (c + u/2)
@@ -18,8 +18,8 @@ elimination; no numpy, which a learner's core install does not have):
 
     rows: TTFT_ms ≈ a + b · u + d · u² + untiled_ns·1e-6 · rows(u) · (c + u)   (one cached opening, c)
         rows(u) = u mod ubatch_tokens when below tile_tokens, else 0 (timing.py's last piece):
-        each pair of candidates is fitted, and kept only if it halves the error of the same
-        fit without it (a + b·u + d·u² alone: c is the same for every call, so the attention
+        each pair of candidates is fitted, and kept only if it halves the weighted squared error
+        of the same fit without it (a + b·u + d·u² alone: c is the same for every call, so the attention
         term's u·c is part of b·u).
 
     interval(k) ≈ interval(1) · (1 + decode_slowdown · (k − 1))    k streams decoding at once
@@ -78,7 +78,8 @@ class PrefillFit:
 def predict_ms(
     overhead_ms: float, prefill_tps: float, attention_ns: float, uncached: int, context: int
 ) -> float:
-    """The practice server's TTFT for one prompt alone on an idle server (timing.py's formula)."""
+    """The TTFT the prefill fit's three terms give one prompt alone (timing.py's formula without
+    its floor and its last piece of few rows, which are fitted apart: `fit_reuse`, `fit_untiled`)."""
     return (
         overhead_ms
         + uncached * 1000 / prefill_tps
@@ -160,7 +161,8 @@ TILE_CANDIDATES = (16, 32, 64, 128, 256)
 PIECE_CANDIDATES: tuple[int | None, ...] = (None, 2048, 1024, 512, 256)
 """Piece (ubatch) sizes it tries, None first (on a tie, the simpler model: the prompt one piece)."""
 UNTILED_GAIN = 0.5
-"""The term is kept only if it halves the squared error of the rows probe's fit without it."""
+"""The term is kept only if it halves the weighted squared error of the rows probe's fit without it
+(the figures printed are mean relative errors, which it need not halve)."""
 
 
 @dataclass(frozen=True)
@@ -197,20 +199,28 @@ def fit_untiled(points: Sequence[Point]) -> UntiledFit:
         sse = sum(wi * (g - t) ** 2 for g, t, wi in zip(got, y, w, strict=True))
         return sse, 100 * sum(abs(g - t) / t for g, t in zip(got, y, strict=True)) / len(y)
 
-    sse0, pct0 = error(base, nonnegative(base, y, w))
+    try:
+        sse0, pct0 = error(base, nonnegative(base, y, w))
+    except ValueError:  # too few lengths to tell the terms apart: no finding
+        return UntiledFit(None, 0, 0.0, 0.0, 0.0)
     best = UntiledFit(None, 0, 0.0, pct0, pct0)
     best_sse = UNTILED_GAIN * sse0
     for piece in PIECE_CANDIDATES:
         for tile in TILE_CANDIDATES:
             if piece is not None and tile >= piece:
                 continue
-            shape = UntiledFit(piece, tile, 1e6, 0.0, pct0)  # 1 ms per row and context token: x in ms
+            shape = UntiledFit(
+                piece, tile, 1e6, 0.0, pct0
+            )  # 1e6 ns: its extra_ms / 1e3 is rows·context in µs
             rows = [
                 [*r, shape.extra_ms(p.uncached, p.context) / 1e3] for r, p in zip(base, points, strict=True)
             ]
             if not any(r[-1] for r in rows):
                 continue
-            x = nonnegative(rows, y, w)
+            try:
+                x = nonnegative(rows, y, w)
+            except ValueError:  # too few lengths to tell the terms apart
+                continue
             sse, pct = error(rows, x)
             if x[-1] > 0 and sse < best_sse:
                 best, best_sse = UntiledFit(piece, tile, x[-1] * 1e3, pct, pct0), sse

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from felab.calibrate.fit import predict_ms
 from felab.calibrate.probes import Sample
+from felab.mock_server.profile import ttft_ms
 
 
 def draw(
@@ -35,13 +35,9 @@ def draw(
         label="twin (practice server), measured",
     )
     top = max([s.prompt_tokens for s in [*real, *twin]] or [1000])
-    xs = [top * i / 100 for i in range(101)]
-    terms = (
-        float(settings.get("overhead_ms", 15.0)),
-        float(settings.get("prefill_tps", 2500.0)),
-        float(settings.get("prefill_attention_ns", 0.0)),
-    )
-    ax.plot(xs, [predict_ms(*terms, int(x), 0) for x in xs], "-", alpha=0.6, label="profile's formula")
+    xs = range(1, top + 1, 4)  # fine enough for a tooth 64 tokens wide (a last piece of few rows)
+    ys = [ttft_ms(settings, x) for x in xs]
+    ax.plot(xs, ys, "-", linewidth=0.8, alpha=0.6, label="profile's formula")
     ax.set(xlabel="prompt tokens (none cached)", ylabel="time to first token, ms", title=title)
     ax.grid(True, alpha=0.3)
     ax.legend()

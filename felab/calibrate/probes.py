@@ -313,6 +313,9 @@ def rows(p: Prober, opening_tokens: int, targets: list[int]) -> list[Sample]:
     long_cut, short_cut = p.tokens_to_chars(max(targets)), p.tokens_to_chars(60)
     far, near = ask(long_cut), ask(short_cut)
     out = [far, near]
+    if not near.cached_tokens:  # nothing reused: its new tokens cannot be told from the opening's
+        p.say("    the opening was not found cached: no new parts sent (the term is not fitted)")
+        return out
     per_token = (long_cut - short_cut) / max(far.uncached - near.uncached, 1)
     for t in targets:
         out.append(ask(max(0, short_cut + round((t - near.uncached) * per_token))))

@@ -84,11 +84,15 @@ FOLLOW_UP_SHARE = 0.05
 most this share of what was cached: a question of 20 to 40 tokens after 1,600 or more."""
 
 PREFIX_BLOCK_TOKENS = 2
-"""Block size a twin of a longest-common-prefix cache gets: the practice server finds a shared
-prefix in whole blocks, so a small block keeps its miss under 2 tokens. It matters: a question
-after a cached opening is a last piece of few rows (untiled_ns), whose cost follows its row
-count, and 16-token blocks gave the twin 8 more rows on average (+27% on 20-row questions, run
-1 of docs/practice-server.md). Hashing 2-token blocks costs the twin 0.4 ms a 3,000-token prompt."""
+"""Block size a twin of llama.cpp's cache (the longest common prefix, per seat) gets: the practice
+server compares a seat's prompt with a new one in whole blocks, so a small block keeps its miss
+under 2 tokens. It matters: a question after a cached opening is a last piece of few rows
+(untiled_ns), whose cost follows its row count, and 16-token blocks gave the twin 8 more rows on
+average (+27% on 20-row questions: docs/practice-server.md). Hashing 2-token blocks costs the
+twin 0.4 ms a 3,000-token prompt; a seat keeps its prompt whatever the cache's capacity."""
+LCP_BLOCK_TOKENS = 16
+"""Block size for a longest-common-prefix cache with no seats (MLX): the twin keeps it as a block
+cache, whose capacity is counted in blocks (4,096 of 16 tokens: 65,536 tokens)."""
 
 
 @dataclass
@@ -136,12 +140,28 @@ def prefill_points(m: Measurements, pieces: fit.UntiledFit = NO_PIECES) -> list[
     return [*cold_points(m, pieces), *(point(s, pieces) for s in [*alone, *warm])]
 
 
+ROWS_NEEDED = 8
+"""Calls after the rows probe's opening, with that opening cached, it takes to fit the term."""
+
+
+def rows_after_opening(m: Measurements) -> list[Sample]:
+    """The rows probe's calls that found its opening cached: those with the most common cached
+    count, if above 0 (a call that went to another seat or replica, or found nothing, reads the
+    opening again and says nothing about its new part alone)."""
+    counts = [s.cached_tokens for s in m.rows if s.cached_tokens]
+    if not counts:
+        return []
+    common = max(set(counts), key=counts.count)
+    return [s for s in m.rows if s.cached_tokens == common]
+
+
 def untiled(m: Measurements) -> fit.UntiledFit:
     """The rows probe's finding: a last piece of few rows read one at a time, or none (NO_PIECES when
-    it was not sent, or the server reports no cached tokens to count the new ones by)."""
-    if len(m.rows) < 8 or any(s.cached_tokens is None for s in m.rows):
+    it was not sent, or too few of its calls found the opening cached to count their new tokens)."""
+    after = rows_after_opening(m)
+    if len(after) < ROWS_NEEDED:
         return NO_PIECES
-    return fit.fit_untiled([point(s) for s in m.rows])
+    return fit.fit_untiled([point(s) for s in after])
 
 
 def twin_rounds(
@@ -230,7 +250,7 @@ def build(
     if cache.kind == "blocks" and cache.block_tokens:
         settings["block_tokens"] = cache.block_tokens
     elif cache.kind == "seat-prefix":  # the practice server compares prompts block by block: small ones
-        settings["block_tokens"] = PREFIX_BLOCK_TOKENS
+        settings["block_tokens"] = PREFIX_BLOCK_TOKENS if facts.seats else LCP_BLOCK_TOKENS
     if cache.reuse == "no":
         settings["cache_blocks"] = 0
     if facts.seats:
@@ -294,16 +314,20 @@ def rows_evidence(m: Measurements, pieces: fit.UntiledFit) -> str:
     """What the rows probe showed, in a line for [measured]."""
     if not m.rows:
         return "not measured"
-    if any(s.cached_tokens is None for s in m.rows):
-        return "not fitted: the server reports no cached tokens, so new tokens cannot be counted"
-    seen = ", ".join(f"{s.uncached}: {s.ttft_ms:.0f}" for s in sorted(m.rows, key=lambda s: s.uncached))
+    after = rows_after_opening(m)
+    if len(after) < ROWS_NEEDED:
+        return (
+            f"not fitted: {len(after)} of {len(m.rows)} calls found the opening cached (the server reports "
+            f"no cached tokens, or reused nothing), so their new tokens cannot be counted"
+        )
+    seen = ", ".join(f"{s.uncached}: {s.ttft_ms:.0f}" for s in sorted(after, key=lambda s: s.uncached))
     found = (
         f"pieces of {pieces.ubatch_tokens or 'the whole prompt'}, tiles of {pieces.tile_tokens}: fit off by "
         f"{pieces.error_pct:.0f}% (without the term {pieces.without_pct:.0f}%)"
         if pieces.tile_tokens
         else f"none costs more (the term would not halve the fit's {pieces.without_pct:.0f}% error)"
     )
-    return f"{found}; new tokens: TTFT ms after {m.rows[0].cached_tokens:,} cached: {seen}"
+    return f"{found}; new tokens: TTFT ms after {after[0].cached_tokens:,} cached: {seen}"
 
 
 # ── TOML, by hand ────────────────────────────────────────────────────────────
