@@ -56,3 +56,28 @@ def test_a_miss_larger_than_the_servers_own_spread_is_not_excused() -> None:
     rows = card.compare(rounds([200, 200, 200, 200]), rounds([150, 150, 150, 150]))
     assert not rows[0].within and rows[0].real_itself == 0
     assert "no more than the server moved" not in card.noise_note(rows)
+
+
+PIECES = {"prefill_tps": 50_000.0, "ubatch_tokens": 512, "tile_tokens": 64, "untiled_ns": 600.0}
+"""A profile with llama.cpp's last piece of few rows."""
+
+
+def cold(prompt_tokens: int, ttft_ms: float) -> Sample:
+    return Sample(4 * prompt_tokens, prompt_tokens, 0, ttft_ms, 2, total_ms=ttft_ms + 1)
+
+
+def test_a_miss_where_the_prompts_ended_on_the_tooth_on_one_server_only_is_named() -> None:
+    # llama.cpp counted 7 of the 10 prompts 1 to 63 tokens past 2,560 (a last piece of few
+    # rows: 250 ms), the twin counted all ten 80 past (185 ms): -26%, and the card says why.
+    real = [{COLD: [cold(2600 if i < 7 else 2650, 250 if i < 7 else 185)]} for i in range(10)]
+    twin = [{COLD: [cold(2640, 185)]} for _ in range(10)]
+    real[0][card.OPENING_FIRST_REST] = twin[0][card.OPENING_FIRST_REST] = [cold(20, 30)]
+    rows = card.compare(real, twin)
+    assert not rows[0].within
+    note = card.pieces_note(card.pooled(real), card.pooled(twin), rows, PIECES)
+    assert note is not None
+    assert "cold, ~2,560 tokens: 7 of 10 on the real server, 0 on the twin" in note
+    assert "fewer than 64 tokens" in note and "multiple of 512" in note
+    # No such term in the profile, or the same count on both: nothing to say.
+    assert card.pieces_note(card.pooled(real), card.pooled(twin), rows, {}) is None
+    assert card.pieces_note(card.pooled(real), card.pooled(real), rows, PIECES) is None

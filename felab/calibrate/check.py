@@ -246,6 +246,40 @@ def drift(real: dict[str, list[Sample]], settings: dict[str, Any]) -> float | No
     return median(ratios) if ratios else None
 
 
+def pieces_note(
+    real: dict[str, list[Sample]], twin: dict[str, list[Sample]], rows: list[Row], settings: dict[str, Any]
+) -> str | None:
+    """Where a kind missed and its prompts ended in a last piece of few rows (the profile's
+    `tile_tokens`) on one server and not the other, say how many on each: the twin counts tokens
+    from characters, and the same text is a few tokens more or fewer to the engine's tokenizer,
+    which decides which side of a multiple of `ubatch_tokens` a prompt ends on."""
+    from felab.mock_server.profile import timing_of
+
+    timing = timing_of(settings)
+    if not timing.tile_tokens or not timing.untiled_ns:
+        return None
+
+    def slow(samples: list[Sample]) -> int:
+        return sum(timing.untiled_rows(s.uncached) > 0 for s in samples)
+
+    found = [
+        f"{r.kind}: {slow(real[r.kind])} of {len(real[r.kind])} on the real server, "
+        f"{slow(twin.get(r.kind, []))} on the twin"
+        for r in rows[:-1]
+        if not r.within and r.kind in real and slow(real[r.kind]) != slow(twin.get(r.kind, []))
+    ]
+    if not found:
+        return None
+    return (
+        f"Prompts that ended in a last piece of fewer than {timing.tile_tokens} tokens (read a token at "
+        f"a time, each a pass over the context): {'; '.join(found)}. The twin counts tokens from "
+        f"characters; the real server's tokenizer counts the same text a few tokens differently, and "
+        f"that decides which side of a multiple of {timing.ubatch_tokens or 'the prompt'} a prompt "
+        f"ends on. The twin cannot tell: a median over prompts that landed mostly on one side is that "
+        f"side's."
+    )
+
+
 def noise_note(rows: list[Row]) -> str:
     """What the real server's own spread says about the twin's misses (the rows' last column)."""
     spreads = [(r.real_itself, r.kind) for r in rows[:-1] if r.real_itself is not None]

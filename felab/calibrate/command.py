@@ -201,6 +201,9 @@ def check(
         f"{card.TOLERANCE:.0%} (or {card.FLOOR_MS:g} ms) of the real server's."
     )
     say(card.noise_note(rows))
+    pieces = card.pieces_note(card.pooled(real), card.pooled(twin), rows, settings)
+    if pieces:
+        say(pieces)
     if moved is not None and abs(moved - 1) > 0.25:
         say(
             f"note: {target.name}'s cold prompts took {moved:.2f}x what the profile predicts for them: "

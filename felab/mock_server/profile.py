@@ -30,6 +30,7 @@ from typing import Any
 import click
 
 from felab.mock_server.config import DEFAULTS, Settings
+from felab.mock_server.timing import TimingModel
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -104,10 +105,15 @@ def read_settings(path: Path) -> dict[str, Any]:
     return values
 
 
+def timing_of(settings: dict[str, Any]) -> TimingModel:
+    """The timing model a profile's settings (`read_settings`' values) give; the rest the defaults."""
+    return dataclasses.replace(DEFAULTS, **settings).timing
+
+
 def ttft_ms(settings: dict[str, Any], uncached: int, context: int = 0) -> float:
-    """The TTFT a profile's settings (`read_settings`' values) give one prompt alone on an idle
-    practice server: its overhead and its prefill, every term of timing.py's formula."""
-    timing = dataclasses.replace(DEFAULTS, **settings).timing
+    """The TTFT a profile's settings give one prompt alone on an idle practice server: its
+    overhead and its prefill, every term of timing.py's formula."""
+    timing = timing_of(settings)
     return timing.overhead_ms + 1000 * timing.prefill_s(uncached, context)
 
 
