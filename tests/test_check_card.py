@@ -81,3 +81,13 @@ def test_a_miss_where_the_prompts_ended_on_the_tooth_on_one_server_only_is_named
     # No such term in the profile, or the same count on both: nothing to say.
     assert card.pieces_note(card.pooled(real), card.pooled(twin), rows, {}) is None
     assert card.pieces_note(card.pooled(real), card.pooled(real), rows, PIECES) is None
+
+
+def test_a_miss_with_one_prompt_of_ten_on_the_tooth_is_not_put_down_to_it() -> None:
+    # One of ten on the tooth cannot move a median: the miss is the twin's, and the card says nothing.
+    real = [{COLD: [cold(2600 if i == 0 else 2650, 250)]} for i in range(10)]
+    twin = [{COLD: [cold(2640, 185)]} for _ in range(10)]
+    real[0][card.OPENING_FIRST_REST] = twin[0][card.OPENING_FIRST_REST] = [cold(20, 30)]
+    rows = card.compare(real, twin)
+    assert not rows[0].within
+    assert card.pieces_note(card.pooled(real), card.pooled(twin), rows, PIECES) is None

@@ -249,10 +249,11 @@ def drift(real: dict[str, list[Sample]], settings: dict[str, Any]) -> float | No
 def pieces_note(
     real: dict[str, list[Sample]], twin: dict[str, list[Sample]], rows: list[Row], settings: dict[str, Any]
 ) -> str | None:
-    """Where a kind missed and its prompts ended in a last piece of few rows (the profile's
-    `tile_tokens`) on one server and not the other, say how many on each: the twin counts tokens
-    from characters, and the same text is a few tokens more or fewer to the engine's tokenizer,
-    which decides which side of a multiple of `ubatch_tokens` a prompt ends on."""
+    """Where a kind missed and at least a fifth more of its prompts ended in a last piece of few
+    rows (the profile's `tile_tokens`) on one server than on the other, say how many on each:
+    the twin counts tokens from characters, and the same text is a few tokens more or fewer to
+    the engine's tokenizer, which decides which side of a multiple of `ubatch_tokens` a prompt
+    ends on."""
     from felab.mock_server.profile import timing_of
 
     timing = timing_of(settings)
@@ -266,7 +267,7 @@ def pieces_note(
         f"{r.kind}: {slow(real[r.kind])} of {len(real[r.kind])} on the real server, "
         f"{slow(twin.get(r.kind, []))} on the twin"
         for r in rows[:-1]
-        if not r.within and r.kind in real and slow(real[r.kind]) != slow(twin.get(r.kind, []))
+        if not r.within and r.kind in real and 5 * abs(slow(real[r.kind]) - slow(twin.get(r.kind, []))) >= r.n
     ]
     if not found:
         return None
