@@ -278,10 +278,12 @@ def test_a_request_queued_behind_hung_up_ones_moves_up(stream: bool) -> None:
     # when it is not; the test allows 3 s. The gauges say 1 running and 3 waiting meanwhile.
     with practice_server() as url:
         clients = Together(*(lambda i=i: hang_up(url, i, True, after_s=1.0) for i in range(4)))
+        # Polled until the first has begun its prefill (for the 15 ms of their overhead all four
+        # are waiting: a scrape then once read 0 running and 4 waiting, under 4 test workers).
         deadline = time.monotonic() + 0.8
-        while (m := metrics.scrape(url))["vllm:num_requests_waiting"] < 3:
+        gauges = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+        while tuple((m := metrics.scrape(url))[g] for g in gauges) != (1, 3):
             assert time.monotonic() < deadline, m
             time.sleep(0.02)
-        assert m["vllm:num_requests_running"] == 1
         assert tiny_wait(url, stream) < 3.0
         clients.join()
