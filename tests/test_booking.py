@@ -170,6 +170,21 @@ def test_a_live_prompt_keeps_what_it_relies_on_and_only_that() -> None:
     assert tiny.prefill.start == pytest.approx(0.035)  # a had prefilled 5 ms: spent; the rest given back
 
 
+def test_a_hung_up_prompt_keeps_its_last_piece_when_a_live_prompt_needs_part_of_it() -> None:
+    # With --tile-tokens 64 and no pieces, a 48-token prompt is one piece of few rows: none of it
+    # is computed before its prefill ends. b found a's first 32 tokens (2 of its 3 blocks of 16)
+    # cached; a hangs up at once: its whole prefill stays in the lane, and its blocks in the cache.
+    s = Settings(block_tokens=16, prefill_tps=50_000.0, tile_tokens=64, untiled_ns=600.0)
+    model = PracticeModel(s)
+    a = model.book(Prompt(48, [1, 2, 3]), 1, arrival=0.0, now=0.0)
+    b = model.book(Prompt(48, [1, 2, 9]), 1, arrival=0.0, now=0.0)
+    assert b.cached_tokens == 32
+    whole = a.prefill.seconds
+    model.cancel(a, now=0.016)
+    assert a.prefill.seconds == whole  # its piece is read whole, or not at all
+    assert a.replica.cache.cached_blocks([1, 2], 0.02) == 2  # b was booked finding them
+
+
 # ── The twin's terms (issue 18): seats, attention, decode slowdown ──────────────
 
 

@@ -249,11 +249,11 @@ def drift(real: dict[str, list[Sample]], settings: dict[str, Any]) -> float | No
 def pieces_note(
     real: dict[str, list[Sample]], twin: dict[str, list[Sample]], rows: list[Row], settings: dict[str, Any]
 ) -> str | None:
-    """Where a kind missed and at least a fifth more of its prompts ended in a last piece of few
-    rows (the profile's `tile_tokens`) on one server than on the other, say how many on each:
-    the twin counts tokens from characters, and the same text is a few tokens more or fewer to
-    the engine's tokenizer, which decides which side of a multiple of `ubatch_tokens` a prompt
-    ends on."""
+    """Where a kind missed and the prompts that ended in a last piece of few rows (the profile's
+    `tile_tokens`) on one server outnumber those on the other by a fifth of its prompts or more,
+    say how many on each: the twin counts tokens from characters, and the same text is a few
+    tokens more or fewer to the engine's tokenizer, which decides which side of a multiple of
+    `ubatch_tokens` a prompt ends on."""
     from felab.mock_server.profile import timing_of
 
     timing = timing_of(settings)
@@ -267,17 +267,23 @@ def pieces_note(
         f"{r.kind}: {slow(real[r.kind])} of {len(real[r.kind])} on the real server, "
         f"{slow(twin.get(r.kind, []))} on the twin"
         for r in rows[:-1]
-        if not r.within and r.kind in real and 5 * abs(slow(real[r.kind]) - slow(twin.get(r.kind, []))) >= r.n
+        if not r.within
+        and r.kind in real
+        and 5 * abs(slow(real[r.kind]) - slow(twin.get(r.kind, []))) >= max(len(real[r.kind]), 1)
     ]
     if not found:
         return None
+    where = (
+        f"which side of a multiple of {timing.ubatch_tokens} a prompt ends on"
+        if timing.ubatch_tokens
+        else f"whether a prompt has fewer than {timing.tile_tokens} new tokens"
+    )
     return (
         f"Prompts that ended in a last piece of fewer than {timing.tile_tokens} tokens (read a token at "
         f"a time, each a pass over the context): {'; '.join(found)}. The twin counts tokens from "
         f"characters; the real server's tokenizer counts the same text a few tokens differently, and "
-        f"that decides which side of a multiple of {timing.ubatch_tokens or 'the prompt'} a prompt "
-        f"ends on. The twin cannot tell: a median over prompts that landed mostly on one side is that "
-        f"side's."
+        f"that decides {where}. The twin cannot tell: a median over prompts that "
+        f"landed mostly on one side is that side's."
     )
 
 

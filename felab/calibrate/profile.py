@@ -151,7 +151,7 @@ def rows_after_opening(m: Measurements) -> list[Sample]:
     counts = [s.cached_tokens for s in m.rows if s.cached_tokens]
     if not counts:
         return []
-    common = max(set(counts), key=counts.count)
+    common = max(set(counts), key=lambda c: (counts.count(c), c))  # a tie: the longer prefix
     return [s for s in m.rows if s.cached_tokens == common]
 
 

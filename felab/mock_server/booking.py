@@ -305,20 +305,22 @@ class PracticeModel:
         prefill (the caller reflows the lane once). True if it gave time back."""
         replica, prefill = ghost.replica, ghost.prefill
         block = replica.cache.block_tokens
-        before = ghost.found_blocks * block  # tokens already in context when its prefill began
-        uncached = ghost.prompt_tokens - ghost.cached_tokens
-        holds = ghost.found_blocks + self.timing.computed_tokens(prefill.seconds, uncached, before) // block
+        before = ghost.cached_tokens  # tokens already in context when its prefill began
+        uncached = ghost.prompt_tokens - before
+        holds = (before + self.timing.computed_tokens(prefill.seconds, uncached, before)) // block
         needed = 0
         for b in self.live.values():  # the live prompts booked after it on its replica
             if b.replica is replica and int(b.rid) > int(ghost.rid):
                 needed = max(needed, _shared(b, ghost))
                 if needed >= holds:
                     return False  # a live prompt needs all it holds: nothing to give back
+        if needed * block - before > uncached - self.timing.untiled_rows(uncached):
+            return False  # a live prompt needs part of its last piece of few rows, which ends it
         booked_end = prefill.end  # when its blocks were last said to be used
-        keep_s = self.timing.read_s(max(0, needed - ghost.found_blocks) * block, before)
+        keep_s = self.timing.read_s(max(0, needed * block - before), before)
         if not replica.lane.shorten(prefill, now, keep_s):
             return False
-        kept = ghost.found_blocks + self.timing.computed_tokens(prefill.seconds, uncached, before) // block
+        kept = (before + self.timing.computed_tokens(prefill.seconds, uncached, before)) // block
         replica.cache.forget(ghost.keys[kept:])
         if ghost.seat is not None and ghost.seat.keys is ghost.keys:  # seat-prefix: what it read
             ghost.seat.keys = ghost.keys[:kept]

@@ -317,7 +317,8 @@ class BatchedPrefill(Prefill):
     """A prompt's turn in a lane that batches: its first token is the end of its last batch."""
 
     tokens: int = 1
-    """Prompt tokens it prefills; its `seconds` are spread over them as its terms say (`part_s`)."""
+    """Prompt tokens it prefills; its `seconds` but the tail are spread over them as its terms say,
+    the tail paid by its last token's part (`part_s`)."""
     tail: float = 0.0
     """Seconds of its `seconds` that its last piece of few rows adds (TimingModel.untiled_s): paid
     by the part holding its last token, not spread."""
@@ -378,7 +379,8 @@ class BatchedPrefill(Prefill):
 
     def keep_first(self, keep: int) -> None:
         """Keep its first `keep` tokens only (a hang-up): their seconds, and their attention share
-        (no tail: the piece of few rows was its last, which is not kept)."""
+        (no tail: the twin counts a prompt cut short as read in whole pieces, an approximation where
+        the batch size is not a multiple of the piece size)."""
         read = self.seconds - self.tail
         attention = read * self.growth * self.attended(keep)
         self.seconds = read * self.share(keep)
@@ -420,8 +422,9 @@ class BatchLane(PrefillLane):
         rank: float | None = None,
         growth: tuple[float, int, float] = (0.0, 0, 0.0),
     ) -> Prefill:
-        """`growth`: the share of `seconds` that is attention, the tokens before the prompt and its
-        last piece's cost (TimingModel.growth), so its later tokens cost more than its first (`part_s`)."""
+        """`growth`: the share of `read_s` (its seconds but the tail) that is attention, the tokens
+        before the prompt and its last piece's cost, the tail (TimingModel.growth): its later tokens
+        cost more than its first, and the batch holding its last token pays the tail (`part_s`)."""
         self.forget(now)  # (a prompt's end is its last batch's)
         while self.batches and all(t.end <= now for t, _ in self.batches[0].parts):  # history
             self.batches.popleft()
