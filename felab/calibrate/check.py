@@ -235,10 +235,11 @@ def drift(real: dict[str, list[Sample]], settings: dict[str, Any]) -> float | No
     predicts (its formula, alone on an idle server): the median of their ratios. Far from 1, the
     server's speed changed since it was calibrated (a busy machine, other settings)."""
     from felab.calibrate.fit import median
-    from felab.mock_server.profile import ttft_ms
+    from felab.mock_server.profile import timing_of
 
+    timing = timing_of(settings)  # the profile's whole formula
     ratios = [
-        s.ttft_ms / ttft_ms(settings, s.uncached, s.cached_tokens or 0)
+        s.ttft_ms / timing.alone_ms(s.uncached, s.cached_tokens or 0)
         for kind, got in real.items()
         if kind.startswith("cold")
         for s in got

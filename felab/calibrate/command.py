@@ -274,7 +274,7 @@ def calibrate_command(
 ) -> Any:
     """Measure a server and write a profile that makes the practice server behave like it.
 
-    It fits, from about 75 streamed requests (2 minutes at most): the fixed overhead, prefill
+    It fits, from about 95 streamed requests (2 minutes at most): the fixed overhead, prefill
     against uncached tokens and tokens already in context, the engine's characters per token,
     its prefix cache (whole blocks, or the longest common prefix per seat), how 4 prompts sent
     at once are prefilled, decode time per token and its slowdown with streams at once, and

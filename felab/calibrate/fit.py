@@ -43,7 +43,8 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from felab.mock_server.timing import TimingModel
 
 RELATIVE_FROM_MS = 10.0
 """Errors are weighed relative to TTFT + this: a few ms of a busy machine's noise on a 20 ms prompt
@@ -177,14 +178,16 @@ class UntiledFit:
     """The same, without the term."""
 
     def extra_ms(self, uncached: int, context: int) -> float:
-        """What the term adds to a prompt's TTFT (timing.py's `untiled_s`), ms."""
-        return 1000 * self.timing().untiled_s(uncached, context)
+        """What the term adds to a prompt's TTFT, ms (timing.py's `untiled_s`, where it is written)."""
+        model = pieces(self.ubatch_tokens, self.tile_tokens, self.untiled_ns)
+        return 1000 * model.untiled_s(uncached, context)
 
-    def timing(self) -> Any:
-        from felab.mock_server.timing import TimingModel  # the one place the term is written
 
-        return TimingModel(1.0, 1.0, 1.0, ubatch_tokens=self.ubatch_tokens, tile_tokens=self.tile_tokens,
-                           untiled_ns=self.untiled_ns)  # fmt: skip
+def pieces(ubatch_tokens: int | None, tile_tokens: int, untiled_ns: float) -> TimingModel:
+    """A timing model with only the last piece of few rows (its other terms unused here)."""
+    return TimingModel(
+        1.0, 1.0, 1.0, ubatch_tokens=ubatch_tokens, tile_tokens=tile_tokens, untiled_ns=untiled_ns
+    )
 
 
 def fit_untiled(points: Sequence[Point]) -> UntiledFit:
@@ -209,11 +212,9 @@ def fit_untiled(points: Sequence[Point]) -> UntiledFit:
         for tile in TILE_CANDIDATES:
             if piece is not None and tile >= piece:
                 continue
-            shape = UntiledFit(
-                piece, tile, 1e6, 0.0, pct0
-            )  # 1e6 ns: its extra_ms / 1e3 is rows·context in µs
+            unit = pieces(piece, tile, 1.0)  # 1 ns: the term's ms per ns, so its coefficient is untiled_ns
             rows = [
-                [*r, shape.extra_ms(p.uncached, p.context) / 1e3] for r, p in zip(base, points, strict=True)
+                [*r, 1000 * unit.untiled_s(p.uncached, p.context)] for r, p in zip(base, points, strict=True)
             ]
             if not any(r[-1] for r in rows):
                 continue
@@ -223,7 +224,7 @@ def fit_untiled(points: Sequence[Point]) -> UntiledFit:
                 continue
             sse, pct = error(rows, x)
             if x[-1] > 0 and sse < best_sse:
-                best, best_sse = UntiledFit(piece, tile, x[-1] * 1e3, pct, pct0), sse
+                best, best_sse = UntiledFit(piece, tile, x[-1], pct, pct0), sse
     return best
 
 

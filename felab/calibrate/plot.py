@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from felab.calibrate.probes import Sample
-from felab.mock_server.profile import ttft_ms
+from felab.mock_server.profile import timing_of
 
 
 def draw(
@@ -36,7 +36,8 @@ def draw(
     )
     top = max([s.prompt_tokens for s in [*real, *twin]] or [1000])
     xs = range(1, top + 1, 4)  # fine enough for a tooth 64 tokens wide (a last piece of few rows)
-    ys = [ttft_ms(settings, x) for x in xs]
+    timing = timing_of(settings)
+    ys = [timing.alone_ms(x) for x in xs]
     ax.plot(xs, ys, "-", linewidth=0.8, alpha=0.6, label="profile's formula")
     ax.set(xlabel="prompt tokens (none cached)", ylabel="time to first token, ms", title=title)
     ax.grid(True, alpha=0.3)

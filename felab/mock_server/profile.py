@@ -110,13 +110,6 @@ def timing_of(settings: dict[str, Any]) -> TimingModel:
     return dataclasses.replace(DEFAULTS, **settings).timing
 
 
-def ttft_ms(settings: dict[str, Any], uncached: int, context: int = 0) -> float:
-    """The TTFT a profile's settings give one prompt alone on an idle practice server: its
-    overhead and its prefill, every term of timing.py's formula."""
-    timing = timing_of(settings)
-    return timing.overhead_ms + 1000 * timing.prefill_s(uncached, context)
-
-
 PROFILE_HELP = (
     "a profile from `felab calibrate` (TOML): its settings become these flags' defaults; "
     "a flag given as well still wins"

@@ -128,6 +128,10 @@ class TimingModel:
         plus a last piece of few rows read one at a time (`untiled_s`)."""
         return self.read_s(uncached_tokens, context_before) + self.untiled_s(uncached_tokens, context_before)
 
+    def alone_ms(self, uncached_tokens: int, context_before: int = 0) -> float:
+        """The TTFT of one prompt alone on an idle server, ms: the overhead, then its prefill."""
+        return self.overhead_ms + 1000 * self.prefill_s(uncached_tokens, context_before)
+
     def read_s(self, tokens: int, context_before: int = 0) -> float:
         """Seconds to read `tokens` after `context_before` by the formula alone, as the first tokens
         of a longer prompt are read (in whole pieces: no last piece of few rows)."""
