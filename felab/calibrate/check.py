@@ -25,13 +25,15 @@ where 10% is less, for every kind of work.
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from felab.calibrate import prompts
-from felab.calibrate.probes import Prober, Sample
+from felab.calibrate.probes import Prober, Sample, ServerFacts
 from felab.stats import percentile
+from felab.targets import Target
 
 TOLERANCE = 0.10
 FLOOR_MS = 5.0
@@ -92,8 +94,8 @@ def one_round(p: Prober, biggest: int, out: dict[str, list[Sample]]) -> None:
     opening_tokens = int(biggest * 0.45)
     text = prompts.opening(p.tokens_to_chars(opening_tokens), p.rng)
     asked = [prompts.with_question(text, q) for q in prompts.QUESTIONS[: QUESTIONS_PER_OPENING + 1]]
-    add(OPENING_FIRST_1, [p.call(asked[0])])
-    add(OPENING_FIRST_REST, [p.call(m, TPOT_TOKENS) for m in asked[1:]])
+    add(OPENING_FIRST_1, [p.call(asked[0], keep_opening=True)])
+    add(OPENING_FIRST_REST, [p.call(m, TPOT_TOKENS, keep_opening=True) for m in asked[1:]])
     text = prompts.opening(p.tokens_to_chars(opening_tokens), p.rng)
     questions = p.rng.sample(prompts.QUESTIONS, QUESTION_FIRST_PER_ROUND)
     add(QUESTION_FIRST, [p.call(prompts.with_question(text, q, first=False)) for q in questions])
@@ -311,3 +313,84 @@ def noise_note(rows: list[Row]) -> str:
             f"tell the twin's error there from the machine's noise: check again on a quieter machine."
         )
     return note
+
+
+# ── What the card knows before it starts: the profile's server, and this machine's speed now ──
+
+REFERENCE_REPEATS = 3
+"""Cold prompts of the profile's reference length (`[measured] reference_tokens`) sent first."""
+SLOWER = 1.25
+"""The reference prompt this much slower (or 1/this faster) than when the profile was made: the
+machine or server changed, and the card's misses say so before they say anything of the profile."""
+
+
+def reference(p: Prober, tokens: int, chars_per_token: float, seed: int) -> list[Sample]:
+    """The reference probe sent again: cold prompts of the profile's reference length (new text each,
+    from their own seed, so the real server and its twin still get the same held-out prompts)."""
+    rng = random.Random(seed ^ 0x5EED)
+    chars = max(40, int(tokens * chars_per_token))
+    return [p.call(prompts.fresh(chars, rng)) for _ in range(REFERENCE_REPEATS)]
+
+
+def reference_ratio(now: list[Sample], measured: dict[str, Any], settings: dict[str, Any]) -> float | None:
+    """How many times slower (above 1) the reference prompts are now than when the profile was made:
+    the medians of their times, each over what the profile's formula gives its length (a prompt a
+    few tokens longer or shorter than then is compared fairly). None: the profile has no reference."""
+    from felab.calibrate.fit import median
+    from felab.mock_server.profile import timing_of
+
+    then_tokens, then_ms = measured.get("reference_tokens"), measured.get("reference_ttft_ms")
+    if not isinstance(then_tokens, int) or not isinstance(then_ms, list) or not then_ms or not now:
+        return None
+    timing = timing_of(settings)
+    then = median([float(t) for t in then_ms]) / timing.alone_ms(then_tokens)
+    if then <= 0:
+        return None
+    return median([s.ttft_ms / timing.alone_ms(s.uncached, s.cached_tokens or 0) for s in now]) / then
+
+
+def speed_note(ratio: float | None, moved: float | None) -> str | None:
+    """What the reference probe and the cold prompts together say: the machine changed, or the profile
+    is wrong (None: neither is far from what the profile predicts)."""
+    if ratio is not None and not 1 / SLOWER <= ratio <= SLOWER:
+        how = f"{ratio:.1f}x slower" if ratio > 1 else f"{1 / ratio:.1f}x faster"
+        return (
+            f"this machine (or server) is now {how} than when the profile was made: its reference "
+            f"prompts, sent first, took {ratio:.2f}x their time then. Misses on the card are that "
+            f"change, not the profile's error: check again when the machine is as it was (quiet, "
+            f"the same server settings), or calibrate again now."
+        )
+    if moved is not None and abs(moved - 1) > 0.25:
+        same = (
+            f"the reference prompts, sent first, ran at the profile's speed ({ratio:.2f}x), so the "
+            f"profile is wrong for this work"
+            if ratio is not None
+            else "the server's speed changed since it was calibrated (a busy machine? other settings?)"
+        )
+        return (
+            f"cold prompts took {moved:.2f}x what the profile predicts for them: {same}, and the twin "
+            f"cannot follow. Calibrate again, then check right after, on a quiet machine."
+        )
+    return None
+
+
+def differences(
+    about: dict[str, Any], settings: dict[str, Any], facts: ServerFacts, target: Target
+) -> list[str]:
+    """Where the server being checked differs from the one the profile was made on (by what it
+    reports: /props, /v1/models, the address and model asked)."""
+    out = []
+    seats = settings.get("seats")
+    if facts.seats and seats and facts.seats != seats:
+        out.append(f"seats: {seats} in the profile, {facts.seats} on this server")
+    context = settings.get("context_tokens")
+    if facts.seat_context and context:
+        total = facts.seat_context * (facts.seats or 1)
+        if total != context:
+            out.append(f"context: {context:,} tokens in the profile, {total:,} on this server")
+    named = (("model", "model", target.model), ("measured_at", "address", target.base_url))
+    for key, what, here in named:
+        then = about.get(key)
+        if isinstance(then, str) and then and here and then != here:
+            out.append(f"{what}: {then} in the profile, {here} here")
+    return out

@@ -343,7 +343,9 @@ class BatchFit:
 
 
 def batch_tokens(
-    rounds: Sequence[Sequence[float]], twin: Callable[[int | None, float], list[list[float]]]
+    rounds: Sequence[Sequence[float]],
+    twin: Callable[[int | None, float], list[list[float]]],
+    slowdowns: Sequence[float] = SLOWDOWN_CANDIDATES,
 ) -> BatchFit:
     """How prompts sent at once were prefilled: the candidate batch size and slowdown whose first
     tokens, as the twin books them (`twin(b, s)`: each round's TTFTs in ms, sorted), are nearest
@@ -352,7 +354,7 @@ def batch_tokens(
     measured = [sorted(r) for r in rounds]
     best = BatchFit(None, 0.0, math.inf, [])
     for b in BATCH_CANDIDATES:
-        for s in SLOWDOWN_CANDIDATES if b is not None else (0.0,):
+        for s in slowdowns if b is not None else (0.0,):
             predicted = twin(b, s)
             err = [
                 abs(p - t) / t
@@ -363,6 +365,41 @@ def batch_tokens(
             if mean < best.error_pct:
                 best = BatchFit(b, s, mean, predicted)
     return best
+
+
+def rounds_spread_pct(rounds: Sequence[Sequence[float]]) -> float:
+    """How much rounds of the same prompts sent at once differ among themselves: each first token
+    (the rounds sorted) against the median of its place over the rounds, mean |difference| in %."""
+    measured = [sorted(r) for r in rounds]
+    if len(measured) < 2:
+        return 0.0
+    places = [median(col) for col in zip(*measured, strict=False)]
+    off = [abs(t - m) / m for r in measured for t, m in zip(r, places, strict=False) if m > 0]
+    return 100 * sum(off) / max(len(off), 1)
+
+
+def supported_batch(
+    rounds: Sequence[Sequence[float]], twin: Callable[[int | None, float], list[list[float]]]
+) -> tuple[BatchFit, str | None]:
+    """`batch_tokens`, with a slowdown dropped (fitted again at 0) where the evidence cannot carry it:
+    at the edge of SLOWDOWN_CANDIDATES (the true value may lie beyond, or the fit follows noise: a
+    busy machine gave -0.2 every time), or improving the fit by less than the rounds' own spread.
+    The second value says which, for the profile and the terminal (None: kept, or there was none)."""
+    best = batch_tokens(rounds, twin)
+    if best.tokens is None or best.slowdown == 0:
+        return best, None
+    plain = batch_tokens(rounds, twin, (0.0,))
+    edge = best.slowdown in (min(SLOWDOWN_CANDIDATES), max(SLOWDOWN_CANDIDATES))
+    spread = rounds_spread_pct(rounds)
+    gain = plain.error_pct - best.error_pct
+    if not edge and gain >= spread:
+        return best, None
+    why = (
+        f"at the edge of the range tried ({min(SLOWDOWN_CANDIDATES):g} to {max(SLOWDOWN_CANDIDATES):g})"
+        if edge
+        else f"it brought the twin {gain:.1f} points nearer, less than the rounds' own spread ({spread:.1f}%)"
+    )
+    return plain, f"batch_slowdown fitted at {best.slowdown:g} was left out: {why}"
 
 
 def sig(x: float, digits: int = 3) -> float:
