@@ -100,7 +100,9 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
             elif self.path == "/health":
                 self._json(200, {"status": "ok"})
             else:
-                self._json(404, {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}})
+                self._json(
+                    404, {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}
+                )
 
         def do_POST(self) -> None:  # noqa: N802
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

@@ -122,11 +122,15 @@ def point(s: Sample, pieces: fit.UntiledFit = NO_PIECES) -> fit.Point:
 def cold_points(m: Measurements, pieces: fit.UntiledFit = NO_PIECES) -> list[fit.Point]:
     """The cold prompts, each length's repeats as one point: their median TTFT (the check compares
     medians), each less what its last piece of few rows added (`pieces`: a prompt 30 tokens past
-    a multiple of 512 took 20 to 60% longer than one 100 past). The prefill terms are fitted from
-    these alone: a prompt measured once (the first call, an opening's cold call) can be caught by
-    a busy moment and bend the curve."""
+    a multiple of 512 took 20 to 60% longer than one 100 past), at the median of their lengths.
+    The prefill terms are fitted from these alone: a prompt measured once (the first call, an
+    opening's cold call) can be caught by a busy moment and bend the curve."""
     return [
-        fit.Point(g[0].uncached, g[0].cached_tokens or 0, fit.median([point(s, pieces).ttft_ms for s in g]))
+        fit.Point(
+            round(fit.median([s.uncached for s in g])),  # repeats differ by a few tokens: their median,
+            g[0].cached_tokens or 0,  # as their time is (the first's length put the point off by 2%)
+            fit.median([point(s, pieces).ttft_ms for s in g]),
+        )
         for g in m.cold
         if g
     ]
