@@ -371,7 +371,9 @@ def calibrate_command(
     against uncached tokens and tokens already in context, the engine's characters per token,
     its prefix cache (whole blocks, or the longest common prefix per seat), how 4 prompts sent
     at once are prefilled, decode time per token and its slowdown with streams at once, and
-    (llama.cpp) its seats and context from GET /props.
+    (llama.cpp) its seats and context from GET /props. A reply with no text is sent again with
+    new text (up to a fifth more requests, counted in the total it announces); a figure that
+    cannot be true stops it; a busy machine or a doubtful fit is said, and kept in the profile.
 
     \b
     Examples:
