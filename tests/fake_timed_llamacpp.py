@@ -11,7 +11,8 @@ token. What calibrate must survive is set on purpose, never left to the machine'
   empty content, the finish), as a tiny model that ends at once does;
 - `slow_every`: every n-th request takes `slow_factor` times as long (a busy machine);
 - `ms_per_token` below 0: longer prompts answer sooner (no rate any engine has);
-- `lie_at`, `lie`: the n-th request's `usage` has these fields replaced (a lying server).
+- `lie_at`, `lie`: the n-th request's `usage` has these fields replaced (a lying server);
+- `fail_at`: these requests get HTTP 503 (a server that fails in passing).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class Engine:
     slow_factor: float = 4.0
     lie_at: int | None = None
     lie: dict[str, Any] = field(default_factory=dict)
+    fail_at: frozenset[int] = frozenset()
+    """Requests (by number) answered with HTTP 503, llama-server's "loading model" answer."""
     posts: int = 0
     seen: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -108,6 +111,11 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             text = "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in body["messages"])
             n, prompt, cached = engine.admit(text)
+            if n in engine.fail_at:
+                self._json(
+                    503, {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
+                )
+                return
             wait = engine.overhead_ms + (prompt - cached) * engine.ms_per_token
             if engine.slow_every and n % engine.slow_every == 0:
                 wait *= engine.slow_factor

@@ -10,6 +10,7 @@ tested on numbers written by hand.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -254,3 +255,56 @@ def test_check_runs_the_reference_first_and_survives_replies_without_text(
     assert "slower than when the profile was made" in said
     assert "replies of the real server carried no text" in said
     assert "kinds of work have the twin's median TTFT within" in said
+
+
+def test_a_round_with_a_failed_request_is_left_out_not_the_card(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: the 503 at request 10 ended the whole check. Now its round (1) is left out on both
+    # servers, said, and the other two make the card; the twin got the same prompts in them.
+    from felab.calibrate import command
+
+    engine = Engine(fail_at=frozenset({10}))
+    with fake_timed_llamacpp(engine) as url:
+        path = profile_file(tmp_path, url)
+        target = Target("llamacpp", url, "/models/tiny-other.gguf", "not-needed", False)
+        rows = command.check(target, path, read_settings(path), 250, True, tmp_path / "c.png", rounds=3)
+    said = " ".join(capsys.readouterr().out.split())
+    assert "round 1/3: left out, a request failed" in said
+    assert "1 of 3 rounds were left out on both servers" in said and "Loading model" in said
+    assert rows[0].n == 2  # each cold length: one prompt a round, 2 rounds kept
+
+
+def test_a_check_whose_requests_keep_failing_stops_with_one_message(tmp_path: Path) -> None:
+    engine = Engine(fail_at=frozenset(range(1, 1000, 7)))
+    with fake_timed_llamacpp(engine) as url:
+        path = profile_file(tmp_path, url)
+        out = run_felab("calibrate", "--check", str(path), "--target", "llamacpp", "--base-url", url)
+    assert out.returncode == 2, out.stdout + out.stderr
+    said = " ".join(out.stderr.split())
+    assert "the check left out 6 of 6 rounds so far, each for a request that failed" in said
+    assert "Traceback" not in out.stderr
+
+
+def test_an_attention_term_smaller_than_the_repeats_spread_is_left_out_and_said() -> None:
+    def measured(attention_ns: float, jitter: list[float]) -> Measurements:
+        m = Measurements(ServerFacts("x"), Sample(400, 100, 0, 20.0, 2))
+        m.cold = [
+            [
+                Sample(4 * u, u, 0, fit.predict_ms(10.0, 10_000.0, attention_ns, u, 0) * (1 + j), 2)
+                for j in jitter
+            ]
+            for u in (100, 400, 1000, 2000, 3200, 4800, 6400)
+        ]
+        return m
+
+    # A linear server on a busy machine: repeats 10% apart, and a longest point nudged up by noise
+    # (attention 0.5 ns adds 1.6% to 6,400 tokens): the term is noise, and it goes.
+    noisy = measured(0.0, [-0.1, 0.0, 0.1, -0.1, 0.1])
+    noisy.cold[-1] = [dataclasses.replace(s, ttft_ms=s.ttft_ms * 1.016) for s in noisy.cold[-1]]
+    got, why = prof.supported_attention(noisy, prof.NO_PIECES)
+    assert got.attention_ns == 0.0 and why and "prefill_attention_ns fitted at" in why
+    assert "less than its repeats differ among themselves (10.0%)" in why
+    # llama.cpp's 36 ns: half of the longest prompt's time, far above the same spread: kept.
+    real, none = prof.supported_attention(measured(36.0, [-0.1, 0.0, 0.1, -0.1, 0.1]), prof.NO_PIECES)
+    assert real.attention_ns == pytest.approx(36.0, rel=1e-6) and none is None

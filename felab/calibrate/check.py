@@ -30,8 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import openai
+
 from felab.calibrate import prompts
 from felab.calibrate.probes import Prober, Sample, ServerFacts
+from felab.errors import FelabError
 from felab.stats import percentile
 from felab.targets import Target
 
@@ -115,16 +118,53 @@ Rounds = list[dict[str, list[Sample]]]
 """Samples by kind of work, one dict per round."""
 
 
-def workload(real: Prober, twin: Prober, biggest: int, rounds: int = ROUNDS) -> tuple[Rounds, Rounds]:
+LEFT_OUT_MAX = 0.5
+"""More than this share of rounds left out (each for a failed request) ends the check."""
+PASSING = (openai.APIConnectionError, openai.InternalServerError, openai.RateLimitError)
+"""What a failed request's cause may be for its round to be left out, not the card lost: a reply cut
+off or stalled (APITimeoutError is a connection error), a 5xx, a 429. Anything else (a refusal,
+a prompt too long, a lie, replies with no text that kept coming) would fail every round: it stops."""
+
+
+@dataclass
+class Workload:
+    """Both servers' samples, round by round, and the rounds left out (why, in a line each)."""
+
+    real: Rounds
+    twin: Rounds
+    left_out: list[str]
+
+
+def workload(real: Prober, twin: Prober, biggest: int, rounds: int = ROUNDS) -> Workload:
     """Run the held-out work on both servers, round by round, alternating; each round's samples by
-    kind of work. Both probers start from one seed, so each round sends both servers the same prompts."""
-    got: tuple[Rounds, Rounds] = ([], [])
+    kind of work. Each round's prompts come from its own seed (the probers' seed and the round's
+    number), so both servers get the same prompts, also after a round left out: a request that
+    failed in passing (PASSING) leaves its round out on both servers, said, and the check goes
+    on, unless more than LEFT_OUT_MAX of the rounds are left out."""
+    got = Workload([], [], [])
     real.say(f"    each round: {describe(biggest)}")
     for r in range(rounds):
+        for p in (real, twin):
+            p.rng = random.Random(p.seed * 1009 + r)
         t0 = real.elapsed_s()
-        one_round(real, biggest, new_round(got[0]))
-        t1 = real.elapsed_s()
-        one_round(twin, biggest, new_round(got[1]))
+        mine: tuple[dict[str, list[Sample]], dict[str, list[Sample]]] = ({}, {})
+        try:
+            one_round(real, biggest, mine[0])
+            t1 = real.elapsed_s()
+            one_round(twin, biggest, mine[1])
+        except FelabError as exc:
+            if not isinstance(exc.__cause__, PASSING):
+                raise
+            got.left_out.append(f"round {r + 1}: {exc.message}")
+            real.say(f"    round {r + 1}/{rounds}: left out, a request failed ({exc.message})")
+            if len(got.left_out) > LEFT_OUT_MAX * rounds:
+                raise FelabError(
+                    f"the check left out {len(got.left_out)} of {r + 1} rounds so far, each for a request "
+                    f"that failed; the last: {exc.message}"
+                ) from None
+            continue
+        got.real.append(mine[0])
+        got.twin.append(mine[1])
         real.say(
             f"    round {r + 1}/{rounds}: real server {t1 - t0:.1f} s, twin {real.elapsed_s() - t1:.1f} s"
         )

@@ -252,12 +252,13 @@ def check(
     with practice_server("--profile", str(path)) as url:
         twin_target = Target("mock", url, "", NO_KEY, False)
         twin_target = Target("mock", url, served_model(twin_target), NO_KEY, False)
-        real, twin = card.workload(
+        done = card.workload(
             real_prober,
             Prober(twin_target, client(twin_target), need + spare, say, seed=seed),
             biggest,
             rounds,
         )
+    real, twin = done.real, done.twin
     rows = card.compare(real, twin)
     moved = card.drift(card.pooled(real), settings)
     say("")
@@ -279,6 +280,11 @@ def check(
             f"{real_prober.empty} replies of the real server carried no text (nothing to time): each "
             f"was sent again with new text (the twin got the prompt as first written)."
         )
+    if done.left_out:
+        say(
+            f"{len(done.left_out)} of {rounds} rounds were left out on both servers, each for a request "
+            f"that failed (the medians hold the other rounds): " + "; ".join(done.left_out)
+        )
     for warning in doubts or []:
         say(f"WARNING (from the profile): {warning}")
     record(
@@ -290,6 +296,7 @@ def check(
             "rows": [r.cells() for r in rows],
             "reference_ratio": ratio,
             "empty_replies": real_prober.empty,
+            "rounds_left_out": done.left_out,
         },
     )
     if importlib.util.find_spec("matplotlib") is None:

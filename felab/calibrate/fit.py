@@ -132,10 +132,11 @@ def nonnegative(rows: Sequence[Sequence[float]], y: Sequence[float], w: Sequence
     return [0.0] * len(rows[0])
 
 
-def fit_prefill(points: Sequence[Point]) -> PrefillFit:
+def fit_prefill(points: Sequence[Point], attention: bool = True) -> PrefillFit:
     """Overhead, prefill rate, attention term (and the per-prompt-token cost) from TTFTs of
     prompts read alone: cold ones, and ones after a cached opening (which tell a cost per
-    uncached token from one per prompt token, cached or not)."""
+    uncached token from one per prompt token, cached or not). `attention=False`: without the
+    attention term (0), where the evidence cannot carry it (profile.supported_attention)."""
     if len({p.uncached for p in points}) < 3:
         raise ValueError("need prompts of at least 3 different lengths")
     rows = [
@@ -144,10 +145,19 @@ def fit_prefill(points: Sequence[Point]) -> PrefillFit:
     ]
     y = [p.ttft_ms for p in points]
     w = [1.0 / (v + RELATIVE_FROM_MS) ** 2 for v in y]  # relative errors, short prompts' noise damped
+    terms = [0, 1, 2, 3] if attention else [0, 1, 3]
+
+    def solved(cols: list[int]) -> list[float]:
+        got = nonnegative([[r[i] for i in cols] for r in rows], y, w)
+        out = [0.0] * 4
+        for i, v in zip(cols, got, strict=True):
+            out[i] = v
+        return out
+
     try:
-        x = nonnegative(rows, y, w)
+        x = solved(terms)
     except ValueError:  # only cold prompts: a prompt token is an uncached token, the two are one term
-        x = [*nonnegative([r[:3] for r in rows], y, w), 0.0]
+        x = solved([i for i in terms if i != 3])
     overhead, per_uncached, attention_ms, per_prompt = x
     per_token = per_uncached + per_prompt
     if per_token <= 0:  # all of the time is in the attention term: keep a rate the server accepts

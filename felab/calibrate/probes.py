@@ -142,7 +142,7 @@ class Prober:
         self, target: Target, api: openai.OpenAI, limit: int, say: Callable[[str], None], seed: int = 0
     ) -> None:
         """`limit`: the requests announced, those kept for replies with no text included."""
-        self.target, self.api, self.limit, self.say = target, api, limit, say
+        self.target, self.api, self.limit, self.say, self.seed = target, api, limit, say, seed
         self.used = 0
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
@@ -172,7 +172,10 @@ class Prober:
         try:
             r = stream_once(self.api, self.target.model, messages, max_tokens=max_tokens)
         except FelabError as exc:
-            raise self._too_small(exc) or exc from exc
+            small = self._too_small(exc)
+            if small is None:
+                raise  # as it was: its cause (the client's error) kept, for check.workload
+            raise small from exc
         return self._sample(messages, r, max_tokens)
 
     def call(

@@ -226,7 +226,7 @@ def build(
     # The prefill terms come from the prompts read cold; the calls after a cached opening then give
     # cached_token_us (fitting them together would bend the cold curve). All of them give a cost
     # per prompt token cached or not, kept in [measured] as a diagnosis.
-    prefill = fit.fit_prefill(cold_points(m, pieces))
+    prefill, attention_dropped = supported_attention(m, pieces)
     per_prompt_us = fit.fit_prefill(points).per_prompt_token_us
     cold = [s for group in m.cold for s in group]
     tokens = fit.fit_chars_per_token([(s.chars, s.prompt_tokens) for s in [m.first, *cold]])
@@ -331,8 +331,34 @@ def build(
             "prompt_tokens_seen": [s.prompt_tokens for s in cold],
             **reference(m, plan),
             "empty_replies": empty,
-            "terms_left_out": [dropped] if dropped else [],
+            "terms_left_out": [x for x in (attention_dropped, dropped) if x],
         },
+    )
+
+
+def supported_attention(m: Measurements, pieces: fit.UntiledFit) -> tuple[fit.PrefillFit, str | None]:
+    """The prefill fit of the cold prompts, without its attention term where the repeats' spread
+    cannot carry it: what the term adds to the longest cold prompt is a smaller share of its time
+    than those repeats differ among themselves (their median |difference| from their median). On a
+    quiet machine llama.cpp's attention is half of a 6,400-token prompt's time against a spread of
+    a few %; on the practice server (no such term) a busy machine's noise made one up. The second
+    value says what was left out, for the profile and the terminal (None: kept, or it was 0)."""
+    points = cold_points(m, pieces)
+    full = fit.fit_prefill(points)
+    groups = [g for g in m.cold if g]
+    if not full.attention_ns or not groups:
+        return full, None
+    longest = max(groups, key=lambda g: g[0].uncached)
+    times = [s.ttft_ms for s in longest]
+    mid = fit.median(times)
+    spread = fit.median([abs(t - mid) for t in times]) / mid if mid > 0 else 0.0
+    u = longest[0].uncached
+    share = full.attention_ns * 1e-6 * u * u / 2 / mid if mid > 0 else 0.0
+    if share >= spread:
+        return full, None
+    return fit.fit_prefill(points, attention=False), (
+        f"prefill_attention_ns fitted at {fit.sig(full.attention_ns)} was left out: it adds {share:.1%} "
+        f"to the longest cold prompt, less than its repeats differ among themselves ({spread:.1%})"
     )
 
 
