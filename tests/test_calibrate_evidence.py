@@ -167,6 +167,11 @@ def test_values_no_engine_has_are_refused_and_a_fit_that_misses_is_warned() -> N
     said = evidence.warnings(m, {"prefill_tps": 1e4, "prefill_attention_ns": 0.0}, fitted, load=None)
     assert any("misses a cold prompt length by 40%" in w for w in said)
     assert any("overhead was fitted at 0, yet a 100-token prompt took 20 ms" in w for w in said)
+    # A plausible rate whose prefill is under 5% of the longest prompt (3 ms of 310): written, warned.
+    fast = {"prefill_tps": 1e6, "prefill_attention_ns": 0.0}
+    assert evidence.refusals(m, fast) == []
+    hidden = evidence.warnings(m, fast, {"ttft_residual_max_pct": 1.0, "overhead_fitted_ms": 300.0}, None)
+    assert hidden and "prefill of 3.0 ms in the 310 ms of a 3,000-token cold prompt" in hidden[0]
 
 
 def test_a_batch_slowdown_at_the_edge_of_its_range_is_left_out_and_said() -> None:

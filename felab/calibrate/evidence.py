@@ -11,12 +11,12 @@ fitted from, and calibrate can see that itself:
 - **The machine's load** (`os.getloadavg`, against its cores): other programs share the
   CPU with the server and with the clock that times it.
 - **Values no real engine has.** A prefill rate over MAX_PREFILL_TPS (the fit sets 1e9
-  when the time did not grow with the prompt at all), or prefill that is under
-  PREFILL_VISIBLE of the longest prompt's time: the time did not grow with the prompt's
-  length, so there is no rate to fit. Such a profile is refused, not written.
+  when the time did not grow with the prompt at all). Such a profile is refused, not written.
+- **Prefill too small to see**: under PREFILL_VISIBLE of the longest prompt's time, the
+  rate cannot be told from the noise of the rest (a fast engine behind a slow network).
 - **The fit's own error.** A cold length the fitted formula misses by more than
   FIT_ERROR_PCT, or an overhead fitted at 0 while the shortest prompts take clearly
-  longer than the formula gives them (OVERHEAD_SHORT_RATIO): written, with a warning
+  longer than the formula gives them (OVERHEAD_SHORT_RATIO): these three are written, with a warning
   that calibrate prints, that the profile keeps in `[fit] warnings` and that `--check`
   repeats.
 
@@ -88,23 +88,34 @@ def busy_warning(m: Measurements, load: float | None, cores: int | None = None) 
     )
 
 
-def refusals(m: Measurements, settings: dict[str, Any]) -> list[str]:
-    """Fitted values outside what any real engine does: each a reason to write no profile."""
-    out = []
-    rate = float(settings["prefill_tps"])
-    if rate > MAX_PREFILL_TPS:
-        out.append(f"a prefill rate of {rate:,.0f} tokens/s (no engine reads over {MAX_PREFILL_TPS:,.0f})")
+def invisible(m: Measurements, settings: dict[str, Any]) -> str | None:
+    """Prefill under PREFILL_VISIBLE of the longest cold prompt's time, in words (None: visible)."""
     longest = max((g for g in m.cold if g), key=lambda g: g[0].uncached, default=None)
-    if longest is not None:
-        u = longest[0].uncached
-        ms = fit.median([s.ttft_ms for s in longest])
-        prefill = fit.predict_ms(0.0, rate, float(settings["prefill_attention_ns"]), u, 0)
-        if ms > 0 and prefill < PREFILL_VISIBLE * ms:
-            out.append(
-                f"prefill of {prefill:.1f} ms in the {ms:.0f} ms of a {u:,}-token cold prompt: the time "
-                f"did not grow with the prompt's length"
-            )
-    return out
+    if longest is None:
+        return None
+    u = longest[0].uncached
+    ms = fit.median([s.ttft_ms for s in longest])
+    prefill = fit.predict_ms(
+        0.0, float(settings["prefill_tps"]), float(settings["prefill_attention_ns"]), u, 0
+    )
+    if ms <= 0 or prefill >= PREFILL_VISIBLE * ms:
+        return None
+    return (
+        f"prefill of {prefill:.1f} ms in the {ms:.0f} ms of a {u:,}-token cold prompt: the time "
+        f"did not grow with the prompt's length"
+    )
+
+
+def refusals(m: Measurements, settings: dict[str, Any]) -> list[str]:
+    """Fitted values outside what any real engine does: each a reason to write no profile (a rate
+    over MAX_PREFILL_TPS; with it, the invisible prefill that explains it)."""
+    rate = float(settings["prefill_tps"])
+    if rate <= MAX_PREFILL_TPS:
+        return []
+    why = invisible(m, settings)
+    return [f"a prefill rate of {rate:,.0f} tokens/s (no engine reads over {MAX_PREFILL_TPS:,.0f})"] + (
+        [why] if why else []
+    )
 
 
 def warnings(
@@ -115,6 +126,12 @@ def warnings(
     busy = busy_warning(m, load)
     if busy:
         out.append(busy)
+    hidden = invisible(m, settings) if float(settings["prefill_tps"]) <= MAX_PREFILL_TPS else None
+    if hidden:
+        out.append(
+            f"{hidden}, so the prefill rate cannot be told from the other costs' noise (a fast engine "
+            f"behind a slow network, or a busy machine): the twin's prefill may be far off"
+        )
     worst = float(fitted["ttft_residual_max_pct"])
     if worst > FIT_ERROR_PCT:
         out.append(
