@@ -20,6 +20,12 @@ misses itself, the miss is the machine's, not the model's.
 
 The target (issue 18): the twin's median TTFT within 10% of the real one, or 5 ms
 where 10% is less, for every kind of work.
+
+Before the rounds, the card asks two things a miss could otherwise hide: is this the server
+the profile was made on (`differences`: seats, context, model, address), and is it as fast
+as then (`reference`: the profile's reference prompts sent again; `speed_note` tells "this
+machine is now 1.5x slower" from "the profile is wrong"). During them, a round whose request
+fails in passing is left out on both servers, not the whole card (`workload`).
 """
 
 from __future__ import annotations
