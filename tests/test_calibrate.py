@@ -2,9 +2,9 @@
 measured back, profiles read strictly, and one clear message for each thing that can go wrong.
 
 A practice server is a fake whose timing is known exactly: calibrating it must give its own
-settings back. The tolerances are wide enough for a busy 2-core machine (TTFT there carries
-several ms of scheduling noise) and tight enough that a wrong term fails: they are stated
-with each assertion.
+settings back. Over real HTTP that is asserted only where the machine's speed plays no part
+(how it counts tokens, its cache, its seats); the timed terms are asserted exactly on a virtual
+clock (test_calibrate_virtual.py). The fits on hand-made numbers state their tolerances.
 """
 
 from __future__ import annotations
@@ -330,7 +330,7 @@ LLAMA_LIKE = (
 
 
 @pytest.mark.parametrize(("more", "batch"), [((), None), (LLAMA_LIKE, 2048)], ids=["none", "llama-like"])
-def test_calibrating_a_practice_server_gives_its_settings_back(
+def test_calibrating_a_practice_server_over_http_writes_a_profile_it_reads(
     tmp_path: Path, more: tuple[str, ...], batch: int | None
 ) -> None:
     flags = [f"--{k.replace('_', '-')}={v:g}" for k, v in KNOWN.items()] + list(more)
@@ -352,45 +352,14 @@ def test_calibrating_a_practice_server_gives_its_settings_back(
         "blocks",
         64 if all(c % 64 == 0 for c in counts) else 32,
     )
-    # Timed, on a shared machine, where the terms can trade a little against each other: the
-    # TTFT the profile predicts for 500, 3,000 and 6,400 cold tokens within 15% (or 10 ms) of the
-    # server's own formula; the rate within 25%; the overhead within 8 ms (the fit holds HTTP and
-    # scheduling; the practice server's own delivery time, a median of noisy calls, is taken back
-    # out); decode within 30% (one 48-token reply's gaps are noisy).
-    for u in (500, 3000, 6400):
-        truth = fit.predict_ms(10.0, 10_000.0, 0.0, u, 0)
-        said = fit.predict_ms(got["overhead_ms"], got["prefill_tps"], got["prefill_attention_ns"], u, 0)
-        assert abs(said - truth) <= max(0.15 * truth, 10), (
-            f"{u} tokens: profile {said:.0f} ms, truth {truth:.0f}"
-        )
-    assert got["prefill_tps"] == pytest.approx(10_000, rel=0.25)
-    assert abs(got["overhead_ms"] - 10) <= 8
-    assert got["decode_tps"] == pytest.approx(200, rel=0.3)
-    # The context terms: 20 µs per cached token (32 to 100 ms after the openings, measured against a few
-    # ms of noise, and against the fitted overhead and rate, whose errors it takes on) within 35% (a
-    # fresh-clone CI run, 4 test workers on 2 cores, gave 26.5: +32%); 2,000 ns per prompt token on
-    # each reply token (3 to 10 ms a token after the openings, against 5 ms alone, that one reply's
-    # mean gap, which a stall of the machine moves) within 60%: another such run gave 879 (-56%).
-    # None, or twice the term, still fails.
-    assert got["cached_token_us"] == pytest.approx(20, rel=0.35)
-    assert got["decode_context_ns"] == pytest.approx(2000, rel=0.6)
+    # The timed terms are not asserted here: over real HTTP on a busy 2-core machine they carry
+    # its noise (the overhead came out 0.0 against 10 under load: issue 29). The same pipeline on
+    # a virtual clock gives them back exactly (test_calibrate_virtual.py). Here: it completes,
+    # and writes a profile the practice server reads, with the seats it was started with.
     whole = tomllib.loads(out_file.read_text())
     assert whole["profile"]["engine"] == "felab practice server"
-    # How 4 prompts sent at once were prefilled: the batch size it was started with (none: one
-    # after another), from the first tokens of 4 x 2,560 tokens (tens of ms apart between sizes)
-    assert got["batch_tokens"] == batch, whole["measured"]
-    if batch is None:  # no batches: nothing to slow down
-        assert "batch_slowdown" not in got
-    else:  # started with none: 0, or near it on a busy machine
-        assert abs(got["batch_slowdown"]) <= 0.1, whole["measured"]
     assert got.get("seats") == (4 if batch else None)
-    # A last piece of few rows: found where the server was started with one (30 rows after 1,900
-    # cached tokens: 34 ms more, against a few ms of noise), and none where it was not.
-    if batch:
-        assert (got.get("ubatch_tokens"), got.get("tile_tokens")) == (512, 64), whole["measured"]
-        assert got["untiled_ns"] == pytest.approx(600, rel=0.3)
-    else:
-        assert "tile_tokens" not in got, whole["measured"]
+    assert isinstance(whole["measured"]["reference_tokens"], int)
     assert {"machine", "date", "method", "model"} <= set(whole["profile"])
 
 

@@ -3,8 +3,11 @@
 Read in this order:
 
     prompts.py   the probe text: prompts of a chosen size that share nothing, or share an opening
-    probes.py    the measurements, each a few streamed requests (stream_once), bounded and counted
+    probes.py    the measurements, each a few streamed requests (stream_once), bounded and counted;
+                 a reply with no text counted and sent again
+    figures.py   each reply's figures checked as they arrive: the first lie stops calibrate
     fit.py       least squares, closed form: the timing terms from the measurements
+    evidence.py  how far the fit can be trusted: a busy machine, values no engine has, a fit that misses
     profile.py   the fitted settings and how they were found, written as a TOML profile
     check.py     the report card: held-out work on the real server and on its twin
     plot.py      the report card's picture: TTFT against prompt length, measured and predicted

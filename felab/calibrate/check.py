@@ -20,18 +20,29 @@ misses itself, the miss is the machine's, not the model's.
 
 The target (issue 18): the twin's median TTFT within 10% of the real one, or 5 ms
 where 10% is less, for every kind of work.
+
+Before the rounds, the card asks two things a miss could otherwise hide: is this the server
+the profile was made on (`differences`: seats, context, model, address), and is it as fast
+as then (`reference`: the profile's reference prompts sent again; `speed_note` tells "this
+machine is now 1.5x slower" from "the profile is wrong"). During them, a round whose request
+fails in passing is left out on both servers, not the whole card (`workload`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import openai
+
 from felab.calibrate import prompts
-from felab.calibrate.probes import Prober, Sample
+from felab.calibrate.probes import Prober, Sample, ServerFacts
+from felab.errors import FelabError
 from felab.stats import percentile
+from felab.targets import Target
 
 TOLERANCE = 0.10
 FLOOR_MS = 5.0
@@ -92,8 +103,8 @@ def one_round(p: Prober, biggest: int, out: dict[str, list[Sample]]) -> None:
     opening_tokens = int(biggest * 0.45)
     text = prompts.opening(p.tokens_to_chars(opening_tokens), p.rng)
     asked = [prompts.with_question(text, q) for q in prompts.QUESTIONS[: QUESTIONS_PER_OPENING + 1]]
-    add(OPENING_FIRST_1, [p.call(asked[0])])
-    add(OPENING_FIRST_REST, [p.call(m, TPOT_TOKENS) for m in asked[1:]])
+    add(OPENING_FIRST_1, [p.call(asked[0], keep_opening=True)])
+    add(OPENING_FIRST_REST, [p.call(m, TPOT_TOKENS, keep_opening=True) for m in asked[1:]])
     text = prompts.opening(p.tokens_to_chars(opening_tokens), p.rng)
     questions = p.rng.sample(prompts.QUESTIONS, QUESTION_FIRST_PER_ROUND)
     add(QUESTION_FIRST, [p.call(prompts.with_question(text, q, first=False)) for q in questions])
@@ -113,16 +124,53 @@ Rounds = list[dict[str, list[Sample]]]
 """Samples by kind of work, one dict per round."""
 
 
-def workload(real: Prober, twin: Prober, biggest: int, rounds: int = ROUNDS) -> tuple[Rounds, Rounds]:
+LEFT_OUT_MAX = 0.5
+"""More than this share of rounds left out (each for a failed request) ends the check."""
+PASSING = (openai.APIConnectionError, openai.InternalServerError, openai.RateLimitError)
+"""What a failed request's cause may be for its round to be left out, not the card lost: a reply cut
+off or stalled (APITimeoutError is a connection error), a 5xx, a 429. Anything else (a refusal,
+a prompt too long, a lie, replies with no text that kept coming) would fail every round: it stops."""
+
+
+@dataclass
+class Workload:
+    """Both servers' samples, round by round, and the rounds left out (why, in a line each)."""
+
+    real: Rounds
+    twin: Rounds
+    left_out: list[str]
+
+
+def workload(real: Prober, twin: Prober, biggest: int, rounds: int = ROUNDS) -> Workload:
     """Run the held-out work on both servers, round by round, alternating; each round's samples by
-    kind of work. Both probers start from one seed, so each round sends both servers the same prompts."""
-    got: tuple[Rounds, Rounds] = ([], [])
+    kind of work. Each round's prompts come from its own seed (the probers' seed and the round's
+    number), so both servers get the same prompts, also after a round left out: a request that
+    failed in passing (PASSING) leaves its round out on both servers, said, and the check goes
+    on, unless more than LEFT_OUT_MAX of the rounds are left out."""
+    got = Workload([], [], [])
     real.say(f"    each round: {describe(biggest)}")
     for r in range(rounds):
+        for p in (real, twin):
+            p.rng = random.Random(p.seed * 1009 + r)
         t0 = real.elapsed_s()
-        one_round(real, biggest, new_round(got[0]))
-        t1 = real.elapsed_s()
-        one_round(twin, biggest, new_round(got[1]))
+        mine: tuple[dict[str, list[Sample]], dict[str, list[Sample]]] = ({}, {})
+        try:
+            one_round(real, biggest, mine[0])
+            t1 = real.elapsed_s()
+            one_round(twin, biggest, mine[1])
+        except FelabError as exc:
+            if not isinstance(exc.__cause__, PASSING):
+                raise
+            got.left_out.append(f"round {r + 1}: {exc.message}")
+            real.say(f"    round {r + 1}/{rounds}: left out, a request failed ({exc.message})")
+            if len(got.left_out) > LEFT_OUT_MAX * rounds:
+                raise FelabError(
+                    f"the check left out {len(got.left_out)} of {r + 1} rounds so far, each for a request "
+                    f"that failed; the last: {exc.message}"
+                ) from None
+            continue
+        got.real.append(mine[0])
+        got.twin.append(mine[1])
         real.say(
             f"    round {r + 1}/{rounds}: real server {t1 - t0:.1f} s, twin {real.elapsed_s() - t1:.1f} s"
         )
@@ -311,3 +359,84 @@ def noise_note(rows: list[Row]) -> str:
             f"tell the twin's error there from the machine's noise: check again on a quieter machine."
         )
     return note
+
+
+# ── What the card knows before it starts: the profile's server, and this machine's speed now ──
+
+REFERENCE_REPEATS = 3
+"""Cold prompts of the profile's reference length (`[measured] reference_tokens`) sent first."""
+SLOWER = 1.25
+"""The reference prompt this much slower (or 1/this faster) than when the profile was made: the
+machine or server changed, and the card's misses say so before they say anything of the profile."""
+
+
+def reference(p: Prober, tokens: int, chars_per_token: float, seed: int) -> list[Sample]:
+    """The reference probe sent again: cold prompts of the profile's reference length (new text each,
+    from their own seed, so the real server and its twin still get the same held-out prompts)."""
+    rng = random.Random(seed ^ 0x5EED)
+    chars = max(40, int(tokens * chars_per_token))
+    return [p.call(prompts.fresh(chars, rng)) for _ in range(REFERENCE_REPEATS)]
+
+
+def reference_ratio(now: list[Sample], measured: dict[str, Any], settings: dict[str, Any]) -> float | None:
+    """How many times slower (above 1) the reference prompts are now than when the profile was made:
+    the medians of their times, each over what the profile's formula gives its length (a prompt a
+    few tokens longer or shorter than then is compared fairly). None: the profile has no reference."""
+    from felab.calibrate.fit import median
+    from felab.mock_server.profile import timing_of
+
+    then_tokens, then_ms = measured.get("reference_tokens"), measured.get("reference_ttft_ms")
+    if not isinstance(then_tokens, int) or not isinstance(then_ms, list) or not then_ms or not now:
+        return None
+    timing = timing_of(settings)
+    then = median([float(t) for t in then_ms]) / timing.alone_ms(then_tokens)
+    if then <= 0:
+        return None
+    return median([s.ttft_ms / timing.alone_ms(s.uncached, s.cached_tokens or 0) for s in now]) / then
+
+
+def speed_note(ratio: float | None, moved: float | None) -> str | None:
+    """What the reference probe and the cold prompts together say: the machine changed, or the profile
+    is wrong (None: neither is far from what the profile predicts)."""
+    if ratio is not None and not 1 / SLOWER <= ratio <= SLOWER:
+        how = f"{ratio:.1f}x slower" if ratio > 1 else f"{1 / ratio:.1f}x faster"
+        return (
+            f"this machine (or server) is now {how} than when the profile was made: its reference "
+            f"prompts, sent first, took {ratio:.2f}x their time then. Misses on the card are that "
+            f"change, not the profile's error: check again when the machine is as it was (quiet, "
+            f"the same server settings), or calibrate again now."
+        )
+    if moved is not None and abs(moved - 1) > 0.25:
+        same = (
+            f"the reference prompts, sent first, ran at the profile's speed ({ratio:.2f}x), so the "
+            f"profile is wrong for this work"
+            if ratio is not None
+            else "the server's speed changed since it was calibrated (a busy machine? other settings?)"
+        )
+        return (
+            f"cold prompts took {moved:.2f}x what the profile predicts for them: {same}, and the twin "
+            f"cannot follow. Calibrate again, then check right after, on a quiet machine."
+        )
+    return None
+
+
+def differences(
+    about: dict[str, Any], settings: dict[str, Any], facts: ServerFacts, target: Target
+) -> list[str]:
+    """Where the server being checked differs from the one the profile was made on (by what it
+    reports: /props, /v1/models, the address and model asked)."""
+    out = []
+    seats = settings.get("seats")
+    if facts.seats and seats and facts.seats != seats:
+        out.append(f"seats: {seats} in the profile, {facts.seats} on this server")
+    context = settings.get("context_tokens")
+    if facts.seat_context and context:
+        total = facts.seat_context * (facts.seats or 1)
+        if total != context:
+            out.append(f"context: {context:,} tokens in the profile, {total:,} on this server")
+    named = (("model", "model", target.model), ("measured_at", "address", target.base_url))
+    for key, what, here in named:
+        then = about.get(key)
+        if isinstance(then, str) and then and here and then != here:
+            out.append(f"{what}: {then} in the profile, {here} here")
+    return out

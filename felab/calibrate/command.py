@@ -14,6 +14,8 @@ import argparse
 import importlib.util
 import os
 import random
+import sys
+import tempfile
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -21,13 +23,14 @@ import click
 from tabulate import tabulate
 
 from felab.calibrate import check as card
+from felab.calibrate import evidence
 from felab.calibrate import profile as prof
 from felab.calibrate.plan import make_plan, measure
 from felab.calibrate.probes import BIGGEST, DECODE_MAX_TOKENS, Prober, ServerFacts, delivery_ms, server_facts
 from felab.connect import client, resolve, served_model
 from felab.errors import FelabError
 from felab.mock_server.launch import practice_server
-from felab.mock_server.profile import ProfileError, read_settings
+from felab.mock_server.profile import ProfileError, load, read_settings
 from felab.paths import from_here, learner_folder
 from felab.prices import price_for
 from felab.results import record
@@ -60,8 +63,10 @@ def announce(
     tokens: int | None,
     yes: bool,
     duration: str = "up to about 2 minutes",
+    spare: int = 0,
 ) -> None:
-    """Say what will be sent, and how long it takes; on a paid target, ask first (or take --yes)."""
+    """Say what will be sent, and how long it takes; on a paid target, ask first (or take --yes).
+    `requests` holds the `spare` ones, sent only to replace replies that carry no text."""
     seats = (
         f", {facts.seats} seats of {facts.seat_context:,} tokens"
         if facts.seats and facts.seat_context
@@ -69,7 +74,8 @@ def announce(
     )
     say(f"target: {target.name} · {target.base_url} · model: {target.model} · {facts.engine}{seats}")
     volume = f" (about {tokens:,} prompt tokens)" if tokens else ""
-    say(f"it sends at most {requests} streamed requests{volume}; {duration}.")
+    kept = f", {spare} of them only to replace replies with no text" if spare else ""
+    say(f"it sends at most {requests} streamed requests{volume}{kept}; {duration}.")
     if target.is_paid:
         price = price_for(target)
         cost = (
@@ -83,15 +89,25 @@ def announce(
 
 
 def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) -> Path:
-    """Measure, fit, write the profile, print what it found."""
+    """Measure, fit, check the fit's evidence, write the profile, print what it found."""
     facts = server_facts(target)
     plan = make_plan(facts, max_requests)
-    announce(target, facts, plan.requests(), plan.prompt_tokens(), yes)
-    prober = Prober(target, client(target, timeout=120.0), plan.requests(), say, seed=fresh_seed())
+    announce(target, facts, plan.announced(), plan.prompt_tokens(), yes, spare=plan.spare())
+    prober = Prober(target, client(target, timeout=120.0), plan.announced(), say, seed=fresh_seed())
     m = measure(prober, plan, facts)
     seconds = prober.elapsed_s()
+    load = evidence.load_average()
     say("  and the practice server's own delivery time here (a throw-away one, not the target)")
-    profile = prof.build(m, target, plan, seconds, prober.used, delivery_ms())
+    profile = prof.build(m, target, plan, seconds, prober.used, delivery_ms(), load, prober.empty)
+    refused = evidence.refusals(m, profile.settings)
+    if refused:
+        raise FelabError(
+            f"calibrate measured {'; and '.join(refused)}. No real engine does that, so no profile "
+            f"was written: the {target.name} server's times did not follow its prompts' lengths (a "
+            f"busy machine or server, a cache that answered the cold prompts, or a proxy that "
+            f"buffers replies). Calibrate again on a quiet machine, with nothing else using the server."
+        )
+    verify(profile)
     path = prof.write(profile, out or prof.default_path(target))
     say(f"\nmeasured in {seconds:.0f} s with {prober.used} requests. The fitted profile:\n")
     say(tabulate(prof.rows(profile.settings), headers="keys", disable_numparse=True))
@@ -110,11 +126,41 @@ def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) ->
     )
     say(f"a last piece of few rows: {found['rows_probe'].split(';')[0]}.")
     say(together_line(plan.streams, st["batch_tokens"], found, st.get("batch_slowdown", 0.0)))
+    for line in found["terms_left_out"]:
+        say(f"{line}.")
+    if prober.empty:
+        say(
+            f"{prober.empty} replies carried no text (nothing to time): each was sent again with new "
+            f"text, and the figures hold only replies with text."
+        )
+    for warning in f.get("warnings", []):
+        say(f"\nWARNING: {warning}")
     shown = os.path.relpath(path, learner_folder())
-    say(f"\nprofile written: {shown}")
+    say(
+        f"\nprofile written: {shown}"
+        + (" (with the warnings above, which --check repeats)" if f.get("warnings") else "")
+    )
     say(f"check the twin:  python -m felab calibrate --check {shown} --target {target.name}")
     say(f"serve the twin:  {from_here('make mock')} PROFILE={shown}")
     return path
+
+
+def verify(profile: prof.Profile) -> None:
+    """Read the profile back with the practice server's own loader before it is written: calibrate
+    never writes a profile its own server would refuse."""
+    with tempfile.TemporaryDirectory() as folder:
+        trial = Path(folder) / "calibrated.toml"
+        trial.write_text(prof.to_toml(profile), encoding="utf-8")
+        try:
+            read_settings(trial)
+        except ProfileError as exc:
+            why = str(exc).replace(f"the profile {trial} ", "it ")
+            raise FelabError(
+                f"calibrate's fit gave settings the practice server would refuse ({why}), so no "
+                f"profile was written. The server's figures were possible but led nowhere a twin can "
+                f"go: calibrate again on a quiet machine; if it happens again, the messages above "
+                f"say what was measured."
+            ) from None
 
 
 BATCH_FITS_PCT = 10.0
@@ -165,32 +211,54 @@ def check(
     picture: Path | None,
     rounds: int = card.ROUNDS,
 ) -> list[card.Row]:
-    """The held-out work on the real server and on the twin; the table; the picture."""
+    """The held-out work on the real server and on the twin; the table; the picture. First: does
+    the server look like the profile's (else ask, or refuse without a terminal), and is this
+    machine as fast as when the profile was made (its reference prompts, sent again)."""
     facts = server_facts(target)
+    whole = load(path)
+    about, fitted, measured = (whole.get(k) or {} for k in ("profile", "fit", "measured"))
+    differs = card.differences(about, settings, facts, target)
+    if differs:
+        confirm_other_server(path, differs, yes)
     biggest = BIGGEST if facts.seat_context is None else facts.seat_context - DECODE_MAX_TOKENS - 64
     biggest = min(BIGGEST, biggest)
-    need = card.requests(biggest, rounds)
+    ref_tokens = measured.get("reference_tokens") if isinstance(measured, dict) else None
+    need = card.requests(biggest, rounds) + (card.REFERENCE_REPEATS if isinstance(ref_tokens, int) else 0)
     if need > max_requests:
         raise FelabError(
             f"the check sends {need} requests to the real server; --max-requests is {max_requests}. "
             f"Allow {need} or more."
         )
+    spare = min(max(5, need // 5), max_requests - need)  # as calibrate's: Plan.spare
     took = f"{rounds} rounds on each server (75 s on the kit's tiny llama.cpp; longer on a slower one)"
-    announce(target, facts, need, card.prompt_tokens(biggest, rounds), yes, took)
+    announce(target, facts, need + spare, card.prompt_tokens(biggest, rounds), yes, took, spare)
+    doubts = fitted.get("warnings") if isinstance(fitted, dict) else None
+    for warning in doubts or []:
+        say(f"WARNING (from the profile, when it was made): {warning}")
+    seed = fresh_seed()
+    real_prober = Prober(target, client(target), need + spare, say, seed=seed)
+    ratio = None
+    if isinstance(ref_tokens, int):
+        chars_per_token = float(settings.get("chars_per_token", 4.0))
+        now = card.reference(real_prober, ref_tokens, chars_per_token, seed)
+        ratio = card.reference_ratio(now, measured, settings)
+        shown = ", ".join(f"{s.ttft_ms:.0f}" for s in now)
+        said = "" if ratio is None else f": {ratio:.2f}x the time when the profile was made"
+        say(f"the reference prompts first ({ref_tokens:,} tokens, cold): TTFT {shown} ms{said}")
     say(
         f"the real server ({target.name}) and its twin (a practice server with --profile {path.name}), "
         f"{rounds} rounds, taking turns:"
     )
-    seed = fresh_seed()
     with practice_server("--profile", str(path)) as url:
         twin_target = Target("mock", url, "", NO_KEY, False)
         twin_target = Target("mock", url, served_model(twin_target), NO_KEY, False)
-        real, twin = card.workload(
-            Prober(target, client(target), need, say, seed=seed),
-            Prober(twin_target, client(twin_target), need, say, seed=seed),
+        done = card.workload(
+            real_prober,
+            Prober(twin_target, client(twin_target), need + spare, say, seed=seed),
             biggest,
             rounds,
         )
+    real, twin = done.real, done.twin
     rows = card.compare(real, twin)
     moved = card.drift(card.pooled(real), settings)
     say("")
@@ -204,12 +272,21 @@ def check(
     pieces = card.pieces_note(card.pooled(real), card.pooled(twin), rows, settings)
     if pieces:
         say(pieces)
-    if moved is not None and abs(moved - 1) > 0.25:
+    speed = card.speed_note(ratio, moved)
+    if speed:
+        say(f"note: {speed}")
+    if real_prober.empty:
         say(
-            f"note: {target.name}'s cold prompts took {moved:.2f}x what the profile predicts for them: "
-            f"the server's speed changed since it was calibrated (a busy machine? other settings?), and "
-            f"the twin cannot follow. Calibrate again, then check right after, on a quiet machine."
+            f"{real_prober.empty} replies of the real server carried no text (nothing to time): each "
+            f"was sent again with new text (the twin got the prompt as first written)."
         )
+    if done.left_out:
+        say(
+            f"{len(done.left_out)} of {rounds} rounds were left out on both servers, each for a request "
+            f"that failed (the medians hold the other rounds): " + "; ".join(done.left_out)
+        )
+    for warning in doubts or []:
+        say(f"WARNING (from the profile): {warning}")
     record(
         "calibrate-check",
         {
@@ -217,6 +294,9 @@ def check(
             "model": target.model,
             "profile": str(path),
             "rows": [r.cells() for r in rows],
+            "reference_ratio": ratio,
+            "empty_replies": real_prober.empty,
+            "rounds_left_out": done.left_out,
         },
     )
     if importlib.util.find_spec("matplotlib") is None:
@@ -238,6 +318,22 @@ def check(
     return rows
 
 
+def confirm_other_server(path: Path, differs: list[str], yes: bool) -> None:
+    """The server differs from the profile's: say how, and go on only if told to (--yes, or yes at a
+    terminal). Without a terminal to ask (CI, a pipe), refuse: never wait for an answer."""
+    say(f"the profile {path.name} was made on another server: " + "; ".join(differs) + ".")
+    if yes:
+        return
+    if sys.stdin is not None and sys.stdin.isatty() and click.confirm("check it against this one anyway?"):
+        return
+    raise FelabError(
+        f"nothing was sent: the profile was made on another server ({'; '.join(differs)}), and "
+        f"checking it here would spend minutes comparing this server with another one's twin. "
+        f"Check it against the server it was made on, or calibrate this one first; to check it "
+        f"here anyway, add --yes."
+    )
+
+
 @click.command("calibrate", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--target", "target_name", type=click.Choice(list(TARGETS)), default="llamacpp", show_default=True
@@ -254,14 +350,18 @@ def check(
 @click.option(
     "--max-requests",
     type=click.IntRange(min=1),
-    default=200,
+    default=250,
     show_default=True,
     help="never send the server more requests than this",
 )
 @click.option(
     "--plot", "picture", type=click.Path(dir_okay=False, path_type=Path), help="--check's picture (.png)"
 )
-@click.option("--yes", is_flag=True, help="do not ask before sending requests to a paid target")
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="do not ask before sending requests to a paid target, or checking a profile made on another server",
+)
 def calibrate_command(
     target_name: str,
     base_url: str | None,
@@ -278,7 +378,9 @@ def calibrate_command(
     against uncached tokens and tokens already in context, the engine's characters per token,
     its prefix cache (whole blocks, or the longest common prefix per seat), how 4 prompts sent
     at once are prefilled, decode time per token and its slowdown with streams at once, and
-    (llama.cpp) its seats and context from GET /props.
+    (llama.cpp) its seats and context from GET /props. A reply with no text is sent again with
+    new text (up to a fifth more requests, counted in the total it announces); a figure that
+    cannot be true stops it; a busy machine or a doubtful fit is said, and kept in the profile.
 
     \b
     Examples:

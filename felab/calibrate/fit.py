@@ -132,10 +132,11 @@ def nonnegative(rows: Sequence[Sequence[float]], y: Sequence[float], w: Sequence
     return [0.0] * len(rows[0])
 
 
-def fit_prefill(points: Sequence[Point]) -> PrefillFit:
+def fit_prefill(points: Sequence[Point], attention: bool = True) -> PrefillFit:
     """Overhead, prefill rate, attention term (and the per-prompt-token cost) from TTFTs of
     prompts read alone: cold ones, and ones after a cached opening (which tell a cost per
-    uncached token from one per prompt token, cached or not)."""
+    uncached token from one per prompt token, cached or not). `attention=False`: without the
+    attention term (0), where the evidence cannot carry it (profile.supported_attention)."""
     if len({p.uncached for p in points}) < 3:
         raise ValueError("need prompts of at least 3 different lengths")
     rows = [
@@ -144,10 +145,19 @@ def fit_prefill(points: Sequence[Point]) -> PrefillFit:
     ]
     y = [p.ttft_ms for p in points]
     w = [1.0 / (v + RELATIVE_FROM_MS) ** 2 for v in y]  # relative errors, short prompts' noise damped
+    terms = [0, 1, 2, 3] if attention else [0, 1, 3]
+
+    def solved(cols: list[int]) -> list[float]:
+        got = nonnegative([[r[i] for i in cols] for r in rows], y, w)
+        out = [0.0] * 4
+        for i, v in zip(cols, got, strict=True):
+            out[i] = v
+        return out
+
     try:
-        x = nonnegative(rows, y, w)
+        x = solved(terms)
     except ValueError:  # only cold prompts: a prompt token is an uncached token, the two are one term
-        x = [*nonnegative([r[:3] for r in rows], y, w), 0.0]
+        x = solved([i for i in terms if i != 3])
     overhead, per_uncached, attention_ms, per_prompt = x
     per_token = per_uncached + per_prompt
     if per_token <= 0:  # all of the time is in the attention term: keep a rate the server accepts
@@ -343,7 +353,9 @@ class BatchFit:
 
 
 def batch_tokens(
-    rounds: Sequence[Sequence[float]], twin: Callable[[int | None, float], list[list[float]]]
+    rounds: Sequence[Sequence[float]],
+    twin: Callable[[int | None, float], list[list[float]]],
+    slowdowns: Sequence[float] = SLOWDOWN_CANDIDATES,
 ) -> BatchFit:
     """How prompts sent at once were prefilled: the candidate batch size and slowdown whose first
     tokens, as the twin books them (`twin(b, s)`: each round's TTFTs in ms, sorted), are nearest
@@ -352,7 +364,7 @@ def batch_tokens(
     measured = [sorted(r) for r in rounds]
     best = BatchFit(None, 0.0, math.inf, [])
     for b in BATCH_CANDIDATES:
-        for s in SLOWDOWN_CANDIDATES if b is not None else (0.0,):
+        for s in slowdowns if b is not None else (0.0,):
             predicted = twin(b, s)
             err = [
                 abs(p - t) / t
@@ -363,6 +375,41 @@ def batch_tokens(
             if mean < best.error_pct:
                 best = BatchFit(b, s, mean, predicted)
     return best
+
+
+def rounds_spread_pct(rounds: Sequence[Sequence[float]]) -> float:
+    """How much rounds of the same prompts sent at once differ among themselves: each first token
+    (the rounds sorted) against the median of its place over the rounds, mean |difference| in %."""
+    measured = [sorted(r) for r in rounds]
+    if len(measured) < 2:
+        return 0.0
+    places = [median(col) for col in zip(*measured, strict=False)]
+    off = [abs(t - m) / m for r in measured for t, m in zip(r, places, strict=False) if m > 0]
+    return 100 * sum(off) / max(len(off), 1)
+
+
+def supported_batch(
+    rounds: Sequence[Sequence[float]], twin: Callable[[int | None, float], list[list[float]]]
+) -> tuple[BatchFit, str | None]:
+    """`batch_tokens`, with a slowdown dropped (fitted again at 0) where the evidence cannot carry it:
+    at the edge of SLOWDOWN_CANDIDATES (the true value may lie beyond, or the fit follows noise: a
+    busy machine gave -0.2 every time), or improving the fit by less than the rounds' own spread.
+    The second value says which, for the profile and the terminal (None: kept, or there was none)."""
+    best = batch_tokens(rounds, twin)
+    if best.tokens is None or best.slowdown == 0:
+        return best, None
+    plain = batch_tokens(rounds, twin, (0.0,))
+    edge = best.slowdown in (min(SLOWDOWN_CANDIDATES), max(SLOWDOWN_CANDIDATES))
+    spread = rounds_spread_pct(rounds)
+    gain = plain.error_pct - best.error_pct
+    if not edge and gain >= spread:
+        return best, None
+    why = (
+        f"at the edge of the range tried ({min(SLOWDOWN_CANDIDATES):g} to {max(SLOWDOWN_CANDIDATES):g})"
+        if edge
+        else f"it brought the twin {gain:.1f} points nearer, less than the rounds' own spread ({spread:.1f}%)"
+    )
+    return plain, f"batch_slowdown fitted at {best.slowdown:g} was left out: {why}"
 
 
 def sig(x: float, digits: int = 3) -> float:

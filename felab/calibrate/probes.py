@@ -19,6 +19,7 @@ progress lines. The probes, in the order calibrate runs them:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import threading
@@ -31,11 +32,12 @@ from typing import Any
 
 import openai
 
-from felab.calibrate import prompts
+from felab.calibrate import figures, prompts
 from felab.context_fit import read_overflow
 from felab.errors import FelabError
 from felab.mock_server.config import HEALTH_NAME
-from felab.streaming import CallResult, stream_once
+from felab.paths import from_here
+from felab.streaming import CallResult, no_text, stream_once
 from felab.targets import Target
 
 PREFILL_MAX_TOKENS = 2
@@ -50,6 +52,10 @@ SMALLEST_CONTEXT = 1200
 """Below this many tokens of context per seat, the probes cannot tell the terms apart."""
 SLOWEST_PROBE_S = 8.0
 """A cold prompt is not made longer than what this server prefills in about this long."""
+EMPTY_TRIES = 3
+"""Tries of one request whose replies carry no text (each with new text) before calibrate stops."""
+EMPTY_STOP_AT = 3
+"""Calibrate stops when at least this many replies carried no text and they outnumber those with text."""
 
 
 @dataclass
@@ -64,6 +70,8 @@ class Sample:
     output_tokens: int
     itl_ms: list[float] = field(default_factory=list)
     total_ms: float = 0.0
+    retried: int = 0
+    """Replies with no text before this one (each sent again with new text: `Prober.call`)."""
 
     @property
     def uncached(self) -> int:
@@ -133,13 +141,20 @@ class Prober:
     def __init__(
         self, target: Target, api: openai.OpenAI, limit: int, say: Callable[[str], None], seed: int = 0
     ) -> None:
-        self.target, self.api, self.limit, self.say = target, api, limit, say
+        """`limit`: the requests announced, those kept for replies with no text included."""
+        self.target, self.api, self.limit, self.say, self.seed = target, api, limit, say, seed
         self.used = 0
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.started = time.monotonic()
         self.chars_per_token = 4.0
         """The engine's characters per prompt token, as measured so far (used to size prompts)."""
+        self.answered = 0
+        self.empty = 0
+        """Replies that carried text, and replies that carried none (each sent again: `call`)."""
+        self.renew = random.Random()
+        """New text for a request sent again: apart from `rng`, so that a real server and its twin,
+        started from one seed, still get the same prompts after it."""
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started
@@ -157,27 +172,82 @@ class Prober:
         try:
             r = stream_once(self.api, self.target.model, messages, max_tokens=max_tokens)
         except FelabError as exc:
-            raise self._too_small(exc) or exc from exc
-        return self._sample(messages, r)
+            small = self._too_small(exc)
+            if small is None:
+                raise  # as it was: its cause (the client's error) kept, for check.workload
+            raise small from exc
+        return self._sample(messages, r, max_tokens)
 
-    def call(self, messages: list[dict], max_tokens: int = PREFILL_MAX_TOKENS) -> Sample:
-        """One streamed request, timed; counted against the budget before it is sent."""
+    def call(
+        self, messages: list[dict], max_tokens: int = PREFILL_MAX_TOKENS, keep_opening: bool = False
+    ) -> Sample:
+        """One streamed request, timed; counted against the budget before it is sent.
+
+        A reply with no text (a model that ends at once, or whose few tokens carry no visible
+        text) has no first token to time: it is counted, and the request sent again with new
+        text (`prompts.renewed`; `keep_opening`: after the opening, which stays cached), up to
+        EMPTY_TRIES times. Only when such replies outnumber the others does calibrate stop."""
         self._take(1)
-        return self._stream(messages, max_tokens)
+        return self._answered(messages, max_tokens, keep_opening)
+
+    def _answered(self, messages: list[dict], max_tokens: int, keep_opening: bool) -> Sample:
+        for tried in range(EMPTY_TRIES):
+            try:
+                got = self._stream(messages, max_tokens)
+            except FelabError as exc:
+                if exc.message != no_text(self.target, self.target.model).message:
+                    raise
+                self._count_empty(last_try=tried == EMPTY_TRIES - 1)
+                with self.lock:
+                    messages = prompts.renewed(messages, self.renew, keep_opening)
+                continue
+            with self.lock:
+                self.answered += 1
+            return dataclasses.replace(got, retried=tried)
+        raise AssertionError("unreachable: the last try stops")  # pragma: no cover
+
+    def _count_empty(self, last_try: bool) -> None:
+        """Count a reply with no text; stop if they are most replies, one request had only those,
+        or the requests kept for them are spent. Else the request goes again."""
+        with self.lock:
+            self.empty += 1
+            if self.empty >= EMPTY_STOP_AT and self.empty > self.answered:
+                raise self._mostly_empty("they outnumber the replies with text")
+            if last_try:
+                raise self._mostly_empty(f"one request got {EMPTY_TRIES} in a row")
+            if self.used >= self.limit:
+                raise self._mostly_empty(
+                    f"the requests kept to send them again are spent (allow more with --max-requests, "
+                    f"e.g. {self.limit + self.limit // 5})"
+                )
+            self.used += 1
+
+    def _mostly_empty(self, why: str) -> FelabError:
+        return FelabError(
+            f"the {self.target.name} server at {self.target.base_url} sent {self.empty} replies with "
+            f"no text, against {self.answered} with text (model {self.target.model}). Calibrate times "
+            f"a reply's first token, and sent each such request again with new text, but {why}, so "
+            f"it stopped; nothing was written. The model ends its replies at once (its end-of-text "
+            f"token first), or its first tokens carry no visible text. Try a chat model (see what the "
+            f"server serves with `{from_here('make check')}`, then --model), or, on llama-server, "
+            f"restart it with --ignore-eos (replies then run to their full length)."
+        )
 
     def together(self, batches: list[list[dict]], max_tokens: int = PREFILL_MAX_TOKENS) -> list[Sample]:
-        """Send these requests at the same moment (one thread each, released together)."""
+        """Send these requests at the same moment (one thread each, released together). A reply
+        with no text is sent again as in `call`, no longer at the same moment (`Sample.retried`)."""
         self._take(len(batches))
         gate = threading.Barrier(len(batches))
 
         def one(messages: list[dict]) -> Sample:
             gate.wait()
-            return self._stream(messages, max_tokens)
+            return self._answered(messages, max_tokens, False)
 
         with ThreadPoolExecutor(len(batches)) as pool:
             return list(pool.map(one, batches))
 
-    def _sample(self, messages: list[dict], r: CallResult) -> Sample:
+    def _sample(self, messages: list[dict], r: CallResult, max_tokens: int) -> Sample:
+        """The reply as a sample, its figures checked first (figures.py: a lie stops calibrate)."""
         if r.prompt_tokens is None:
             raise FelabError(
                 f"the {self.target.name} server at {self.target.base_url} does not report "
@@ -186,6 +256,7 @@ class Prober:
                 f"llama.cpp, vLLM, SGLang, MLX, Fireworks and the practice server."
             )
         chars = prompts.chars_of(messages)
+        figures.check(r, chars, max_tokens, self.target)
         return Sample(
             chars, r.prompt_tokens, r.cached_tokens, r.ttft_ms, r.output_tokens, r.itl_ms, r.total_ms
         )
@@ -264,11 +335,11 @@ def openings(p: Prober, lengths: list[int], suffix_tokens: int, warm: int) -> li
             p.tokens_to_chars(tokens + p.rng.randrange(5, 5 + max(64, tokens // 8))), p.rng
         )
         piece = p.tokens_to_chars(suffix_tokens)
-        first = p.call(prompts.with_question(text, prompts.opening(piece, p.rng)))
+        first = p.call(prompts.with_question(text, prompts.opening(piece, p.rng)), keep_opening=True)
         asked = p.rng.sample(prompts.QUESTIONS, warm)  # short and all different, as a learner's are
-        rest = [p.call(prompts.with_question(text, q), FOLLOW_UP_MAX_TOKENS) for q in asked]
+        rest = [p.call(prompts.with_question(text, q), FOLLOW_UP_MAX_TOKENS, True) for q in asked]
         longer = f"{asked[-1]} {prompts.opening(piece + p.rng.randrange(20, 240), p.rng)}"
-        rest.append(p.call(prompts.with_question(text, longer)))
+        rest.append(p.call(prompts.with_question(text, longer), keep_opening=True))
         out.append(Opening(first, rest))
         cached = ", ".join("?" if s.cached_tokens is None else f"{s.cached_tokens:,}" for s in rest)
         times = ", ".join(f"{s.ttft_ms:.0f}" for s in rest)
@@ -304,11 +375,11 @@ def rows(p: Prober, opening_tokens: int, targets: list[int]) -> list[Sample]:
     cut lands within a few tokens of its target. Each call's new tokens are read from its usage
     (prompt_tokens - cached_tokens): the fit uses what was sent, not what was aimed at."""
     text = prompts.opening(p.tokens_to_chars(opening_tokens), p.rng)
-    p.call(prompts.with_question(text, prompts.QUESTIONS[0]))  # the opening, cached from here on
+    p.call(prompts.with_question(text, prompts.QUESTIONS[0]), keep_opening=True)  # cached from here on
     body = prompts.prose(p.tokens_to_chars(max(targets) + 200), p.rng)
 
     def ask(chars: int) -> Sample:
-        return p.call(prompts.with_question(text, f"{prompts.tag(p.rng)} {body[:chars]}"))
+        return p.call(prompts.with_question(text, f"{prompts.tag(p.rng)} {body[:chars]}"), keep_opening=True)
 
     long_cut, short_cut = p.tokens_to_chars(max(targets)), p.tokens_to_chars(60)
     far, near = ask(long_cut), ask(short_cut)

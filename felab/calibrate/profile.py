@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from felab.calibrate import fit
+from felab.calibrate import evidence, fit
 from felab.calibrate.plan import Measurements, Plan
 from felab.calibrate.probes import FOLLOW_UP_MAX_TOKENS, Sample
 from felab.mock_server.booking import PracticeModel, Prompt
@@ -122,11 +122,15 @@ def point(s: Sample, pieces: fit.UntiledFit = NO_PIECES) -> fit.Point:
 def cold_points(m: Measurements, pieces: fit.UntiledFit = NO_PIECES) -> list[fit.Point]:
     """The cold prompts, each length's repeats as one point: their median TTFT (the check compares
     medians), each less what its last piece of few rows added (`pieces`: a prompt 30 tokens past
-    a multiple of 512 took 20 to 60% longer than one 100 past). The prefill terms are fitted from
-    these alone: a prompt measured once (the first call, an opening's cold call) can be caught by
-    a busy moment and bend the curve."""
+    a multiple of 512 took 20 to 60% longer than one 100 past), at the median of their lengths.
+    The prefill terms are fitted from these alone: a prompt measured once (the first call, an
+    opening's cold call) can be caught by a busy moment and bend the curve."""
     return [
-        fit.Point(g[0].uncached, g[0].cached_tokens or 0, fit.median([point(s, pieces).ttft_ms for s in g]))
+        fit.Point(
+            round(fit.median([s.uncached for s in g])),  # repeats differ by a few tokens: their median,
+            g[0].cached_tokens or 0,  # as their time is (the first's length put the point off by 2%)
+            fit.median([point(s, pieces).ttft_ms for s in g]),
+        )
         for g in m.cold
         if g
     ]
@@ -203,24 +207,37 @@ def decode_settings(m: Measurements, intervals: dict[int, float]) -> dict[str, f
 
 
 def build(
-    m: Measurements, target: Target, plan: Plan, seconds: float, requests: int, delivery_ms: float = 0.0
+    m: Measurements,
+    target: Target,
+    plan: Plan,
+    seconds: float,
+    requests: int,
+    delivery_ms: float = 0.0,
+    load: float | None = None,
+    empty: int = 0,
 ) -> Profile:
     """The profile of what was measured: the fit, the settings it gives, the evidence.
     `delivery_ms`: what the practice server itself adds on this machine (probes.delivery_ms),
-    taken out of the overhead, since the twin adds it back."""
+    taken out of the overhead, since the twin adds it back. `load`: the machine's load average
+    while it measured; `empty`: replies that carried no text (each sent again). Both go into
+    the evidence (`[fit] warnings`: evidence.py)."""
     pieces = untiled(m)
     points = prefill_points(m, pieces)
     # The prefill terms come from the prompts read cold; the calls after a cached opening then give
     # cached_token_us (fitting them together would bend the cold curve). All of them give a cost
     # per prompt token cached or not, kept in [measured] as a diagnosis.
-    prefill = fit.fit_prefill(cold_points(m, pieces))
+    prefill, attention_dropped = supported_attention(m, pieces)
     per_prompt_us = fit.fit_prefill(points).per_prompt_token_us
     cold = [s for group in m.cold for s in group]
     tokens = fit.fit_chars_per_token([(s.chars, s.prompt_tokens) for s in [m.first, *cold]])
     warm = [(s.prompt_tokens, s.cached_tokens, s.ttft_ms) for o in m.openings for s in o.warm]
     cold_open = fit.median([o.cold.ttft_ms for o in m.openings]) if m.openings else 1.0
     cache = fit.cache_finding(warm, cold_open)
-    cold_rounds = [r for r in m.together if all((s.cached_tokens or 0) < 0.1 * s.prompt_tokens for s in r)]
+    cold_rounds = [  # sent at once and read cold (a prompt sent again after an empty reply was neither)
+        r
+        for r in m.together
+        if all((s.cached_tokens or 0) < 0.1 * s.prompt_tokens and not s.retried for s in r)
+    ]
     rounds = [[s.ttft_ms for s in r] for r in cold_rounds]
     gaps = {k: [t for s in got if (t := s.tpot_ms) is not None] for k, got in m.decode.items()}
     intervals = {k: fit.median(v) for k, v in gaps.items() if v}
@@ -257,10 +274,10 @@ def build(
         settings["seats"] = facts.seats
     if facts.seat_context:
         settings["context_tokens"] = facts.seat_context * (facts.seats or 1)
-    shared = (
-        fit.batch_tokens(rounds, lambda b, s: twin_rounds(settings, delivery_ms, cold_rounds, b, s))
+    shared, dropped = (
+        fit.supported_batch(rounds, lambda b, s: twin_rounds(settings, delivery_ms, cold_rounds, b, s))
         if rounds
-        else fit.BatchFit(None, 0.0, 0.0, [])
+        else (fit.BatchFit(None, 0.0, 0.0, []), None)
     )
     batch, batch_err, twin_ms = shared.tokens, shared.error_pct, shared.twin_ms
     settings["batch_tokens"] = "none" if batch is None else batch  # TOML has no null: the flag's word
@@ -282,18 +299,24 @@ def build(
             f"the median of each length's repeats"
         ),
     }
+    fitted: dict[str, Any] = {
+        "prefill_points": len(residuals),
+        "ttft_residual_median_pct": fit.sig(fit.median(residuals), 2),
+        "ttft_residual_max_pct": fit.sig(max(residuals), 2),
+        "formula": "TTFT = overhead + u/prefill_tps + max(attention·u·(c + u/2), cached_token_us·c)"
+        " + untiled_ns·rows·(c + u), rows = u mod ubatch_tokens when below tile_tokens",
+        "overhead_fitted_ms": fit.sig(prefill.overhead_ms),
+        "delivery_subtracted_ms": fit.sig(delivery_ms),
+    }
+    doubts = evidence.warnings(m, settings, fitted, load)
+    if doubts:
+        fitted["warnings"] = doubts
+    if load is not None:
+        fitted["load_average"] = fit.sig(load, 2)
     return Profile(
         about,
         settings,
-        {
-            "prefill_points": len(residuals),
-            "ttft_residual_median_pct": fit.sig(fit.median(residuals), 2),
-            "ttft_residual_max_pct": fit.sig(max(residuals), 2),
-            "formula": "TTFT = overhead + u/prefill_tps + max(attention·u·(c + u/2), cached_token_us·c)"
-            " + untiled_ns·rows·(c + u), rows = u mod ubatch_tokens when below tile_tokens",
-            "overhead_fitted_ms": fit.sig(prefill.overhead_ms),
-            "delivery_subtracted_ms": fit.sig(delivery_ms),
-        },
+        fitted,
         {
             "per_prompt_token_us": fit.sig(per_prompt_us, 2),
             "rows_probe": rows_evidence(m, pieces),
@@ -306,8 +329,52 @@ def build(
             else "unknown (the prompts were cached)",
             "decode_interval_ms": {str(k): fit.sig(v) for k, v in intervals.items()},
             "prompt_tokens_seen": [s.prompt_tokens for s in cold],
+            **reference(m, plan),
+            "empty_replies": empty,
+            "terms_left_out": [x for x in (attention_dropped, dropped) if x],
         },
     )
+
+
+def supported_attention(m: Measurements, pieces: fit.UntiledFit) -> tuple[fit.PrefillFit, str | None]:
+    """The prefill fit of the cold prompts, without its attention term where the repeats' spread
+    cannot carry it: what the term adds to the longest cold prompt is a smaller share of its time
+    than those repeats differ among themselves (their median |difference| from their median). On a
+    quiet machine llama.cpp's attention is half of a 6,400-token prompt's time against a spread of
+    a few %; on the practice server (no such term) a busy machine's noise made one up. The second
+    value says what was left out, for the profile and the terminal (None: kept, or it was 0)."""
+    points = cold_points(m, pieces)
+    full = fit.fit_prefill(points)
+    groups = [g for g in m.cold if g]
+    if not full.attention_ns or not groups:
+        return full, None
+    longest = max(groups, key=lambda g: g[0].uncached)
+    times = [s.ttft_ms for s in longest]
+    mid = fit.median(times)
+    spread = fit.median([abs(t - mid) for t in times]) / mid if mid > 0 else 0.0
+    u = longest[0].uncached
+    share = full.attention_ns * 1e-6 * u * u / 2 / mid if mid > 0 else 0.0
+    if share >= spread:
+        return full, None
+    return fit.fit_prefill(points, attention=False), (
+        f"prefill_attention_ns fitted at {fit.sig(full.attention_ns)} was left out: it adds {share:.1%} "
+        f"to the longest cold prompt, less than its repeats differ among themselves ({spread:.1%})"
+    )
+
+
+REFERENCE_SHARE = 0.3
+"""The reference probe: the cold prompts of the length nearest this share of the longest."""
+
+
+def reference(m: Measurements, plan: Plan) -> dict[str, Any]:
+    """The reference probe, for `--check` to send again first (check.reference): one cold prompt
+    length, timed several times (calibrate's own repeats of it: no request more). Its median then
+    and now tells a machine (or server) that got slower from a profile that is wrong."""
+    groups = [g for g in m.cold if g]
+    if not groups:
+        return {}
+    g = min(groups, key=lambda g: abs(g[0].prompt_tokens - REFERENCE_SHARE * plan.biggest))
+    return {"reference_tokens": g[0].prompt_tokens, "reference_ttft_ms": [fit.sig(s.ttft_ms) for s in g]}
 
 
 def rows_evidence(m: Measurements, pieces: fit.UntiledFit) -> str:

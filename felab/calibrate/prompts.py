@@ -99,3 +99,14 @@ def with_question(opening_text: str, question: str, first: bool = True) -> list[
 def chars_of(messages: list[dict]) -> int:
     """Characters of the messages' text as the practice server counts them (its plain template)."""
     return sum(len(m["role"]) + 6 + len(m["content"]) for m in messages) + len("<|assistant|>\n")
+
+
+def renewed(messages: list[dict], rng: random.Random, keep_opening: bool = False) -> list[dict]:
+    """The same request made new again, for a reply that came back with no text: a new tag at the
+    start of its first message (a cold prompt stays cold: nothing of the failed one is reused),
+    or, with `keep_opening`, of its last (an opening sent again keeps what the server cached of
+    it, and the question after it is new). The length moves by a tag's few characters."""
+    i = len(messages) - 1 if keep_opening else 0
+    out = [dict(m) for m in messages]
+    out[i]["content"] = f"{tag(rng)} {out[i]['content']}"
+    return out

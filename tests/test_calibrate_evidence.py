@@ -1,0 +1,315 @@
+"""Calibrate against a server that misbehaves on purpose: replies with no text, a busy machine,
+times that fit no engine, figures that lie; and `--check` against the wrong server, or a slower one.
+
+The server is tests/fake_timed_llamacpp.py: llama-server's wire format on loopback, with its
+misbehaviour set by the test (every n-th reply empty, every n-th request 4x slower, time that
+falls as prompts grow, a `usage` field replaced), never left to the machine's speed. The
+evidence's arithmetic (evidence.py, figures.py, fit.supported_batch, the card's notes) is
+tested on numbers written by hand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import run_felab
+from fake_timed_llamacpp import Engine, fake_timed_llamacpp
+
+from felab.calibrate import check as card
+from felab.calibrate import evidence, figures, fit
+from felab.calibrate import profile as prof
+from felab.calibrate.command import verify
+from felab.calibrate.plan import Measurements
+from felab.calibrate.probes import Sample, ServerFacts
+from felab.errors import FelabError
+from felab.mock_server.profile import SCHEMA, read_settings, tomllib
+from felab.streaming import CallResult, Usage
+from felab.targets import Target
+
+
+def calibrate(engine: Engine, out: Path, *more: str) -> Any:
+    with fake_timed_llamacpp(engine) as url:
+        return run_felab(
+            "calibrate", "--target", "llamacpp", "--base-url", url, "--out", str(out), *more, timeout=240
+        )
+
+
+# ── replies with no text ─────────────────────────────────────────────────────
+
+
+def test_one_reply_in_ten_without_text_is_sent_again_and_calibrate_completes(tmp_path: Path) -> None:
+    # Before: the first such reply ended calibrate ("ended its reply without any text"), all lost.
+    engine = Engine(empty_every=10)
+    out = calibrate(engine, tmp_path / "p.toml")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "replies carried no text (nothing to time): each was sent again with new text" in out.stdout
+    assert read_settings(tmp_path / "p.toml")["seats"] == 4  # the practice server reads it
+    measured = tomllib.loads((tmp_path / "p.toml").read_text())["measured"]
+    assert measured["empty_replies"] == engine.posts // 10
+    announced = int(out.stdout.split("it sends at most ")[1].split()[0])
+    assert engine.posts <= announced  # the retries come out of the announced total
+
+
+def test_a_server_that_sends_only_replies_without_text_gets_one_message(tmp_path: Path) -> None:
+    engine = Engine(empty_every=1)
+    out = calibrate(engine, tmp_path / "p.toml")
+    assert out.returncode == 2, out.stdout + out.stderr
+    said = " ".join(out.stderr.split())
+    assert "sent 3 replies with no text, against 0 with text" in said and "--ignore-eos" in said
+    assert "Traceback" not in out.stderr and not (tmp_path / "p.toml").exists()
+    assert engine.posts == 3  # it stopped as soon as they were most replies
+
+
+# ── a measurement that is bad ────────────────────────────────────────────────
+
+
+def test_a_busy_server_is_named_and_the_profile_keeps_the_warning(tmp_path: Path) -> None:
+    # Every third request 4x slower: about a third of each length's repeats far from the median.
+    out = calibrate(Engine(slow_every=3), tmp_path / "p.toml")
+    assert out.returncode == 0, out.stdout + out.stderr
+    said = " ".join(out.stdout.split())
+    assert "WARNING: the machine or the server was busy:" in said
+    assert "repeats of a cold prompt differ by more than 50%" in said
+    warnings = tomllib.loads((tmp_path / "p.toml").read_text())["fit"]["warnings"]
+    assert any("repeats of a cold prompt differ" in w for w in warnings)
+
+
+def test_times_that_fit_an_absurd_rate_are_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    # Longer prompts answer sooner (200 ms less 0.05 ms a token): the fit sets 1e9 tokens/s.
+    out = calibrate(Engine(overhead_ms=200, ms_per_token=-0.05), tmp_path / "p.toml")
+    assert out.returncode == 2, out.stdout + out.stderr
+    said = " ".join(out.stderr.split())
+    assert "calibrate measured a prefill rate of 1,000,000,000 tokens/s" in said
+    assert "did not grow with the prompt's length" in said and "no profile was written" in said
+    assert not (tmp_path / "p.toml").exists() and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("lie", "said"),
+    [
+        ({"prompt_tokens": -5}, "usage.prompt_tokens = -5"),
+        ({"prompt_tokens": "lots"}, "usage.prompt_tokens = 'lots'"),
+        ({"prompt_tokens": math.nan}, "usage.prompt_tokens = nan"),
+        ({"prompt_tokens": 10**12}, "usage.prompt_tokens = 1,000,000,000,000 for a prompt of"),
+        ({"prompt_tokens_details": {"cached_tokens": 99_999}}, "cached_tokens = 99999 with prompt_tokens"),
+        ({"completion_tokens": -1}, "completion_tokens = -1"),
+    ],
+    ids=["negative", "string", "nan", "huge", "cached-over-prompt", "negative-reply"],
+)
+def test_lying_usage_stops_calibrate_at_the_first_lie(tmp_path: Path, lie: dict, said: str) -> None:
+    engine = Engine(lie_at=3, lie=lie)
+    with fake_timed_llamacpp(engine) as url:
+        out = run_felab(
+            "calibrate", "--target", "llamacpp", "--base-url", url, "--out", str(tmp_path / "p.toml")
+        )
+        assert out.returncode == 2, out.stdout + out.stderr
+        words = " ".join(out.stderr.split())
+        assert said in words and f"the llamacpp server at {url} reported" in words
+    assert "which cannot be true" in words and "Traceback" not in out.stderr
+    assert engine.posts == 3 and not (tmp_path / "p.toml").exists()
+
+
+def call(
+    prompt: Any = 100, cached: Any = 0, out: Any = 2, ttft: float = 50.0, total: float = 60.0
+) -> CallResult:
+    return CallResult(ttft, total, out, Usage(prompt, out, cached))
+
+
+def test_each_figure_is_checked_against_what_can_be_true() -> None:
+    assert figures.lie(call(), chars=400, max_tokens=2) is None
+    assert figures.lie(call(prompt=True), 400, 2) is not None  # a bool is no count
+    assert figures.lie(call(prompt=1057), 400, 2) is not None  # over 2 per character + 256
+    assert figures.lie(call(prompt=1056), 400, 2) is None
+    assert figures.lie(call(cached=101), 400, 2) is not None
+    assert figures.lie(call(out=25), 400, 2) is not None  # over 4 x max_tokens + 16
+    assert "before its first" in str(figures.lie(call(ttft=60.0, total=50.0), 400, 2))
+    assert "not finite" in str(figures.lie(call(ttft=math.inf, total=math.inf), 400, 2))
+
+
+def test_a_profile_the_practice_server_would_refuse_is_never_written() -> None:
+    # issue 31: chars_per_token = -4.06 was written with exit 0; now the loader reads it back first.
+    bad = prof.Profile({"schema": SCHEMA}, {"prefill_tps": 1000.0, "chars_per_token": -4.06})
+    with pytest.raises(FelabError, match="calibrate's fit gave settings the practice server would refuse"):
+        verify(bad)
+    verify(prof.Profile({"schema": SCHEMA}, {"prefill_tps": 1000.0, "chars_per_token": 4.06}))
+
+
+def cold(*groups: list[float], tokens: int = 1000) -> Measurements:
+    """Measurements holding only cold repeats: one group per length (100, 1,000, ... tokens)."""
+    m = Measurements(ServerFacts("x"), Sample(400, 100, 0, 20.0, 2))
+    m.cold = [
+        [Sample(4 * n, n, 0, t, 2) for t in g] for n, g in zip((100, tokens, 3000), groups, strict=False)
+    ]
+    return m
+
+
+def test_repeats_far_from_their_median_say_the_machine_was_busy() -> None:
+    quiet = cold([20, 21, 20, 22, 20], [110, 108, 112, 110, 111])
+    assert evidence.disturbed([[s.ttft_ms for s in g] for g in quiet.cold]) == (0, 10)
+    assert evidence.busy_warning(quiet, load=0.5, cores=2) is None
+    busy = cold([20, 21, 60, 22, 20], [110, 108, 400, 110, 111])  # 570 then 3,787 ms, in miniature
+    warning = evidence.busy_warning(busy, load=0.5, cores=2)
+    assert warning and "2 of 10 repeats of a cold prompt differ by more than 50%" in warning
+    loaded = evidence.busy_warning(quiet, load=5.2, cores=2)
+    assert loaded and "load average 5.2 on 2 cores" in loaded and "repeats" not in loaded
+
+
+def test_values_no_engine_has_are_refused_and_a_fit_that_misses_is_warned() -> None:
+    m = cold([20, 20, 20], [110, 110, 110], [310, 310, 310], tokens=1000)
+    plausible = {"prefill_tps": 10_000.0, "prefill_attention_ns": 0.0}
+    assert evidence.refusals(m, plausible) == []
+    assert "prefill rate of 1,000,000,000" in evidence.refusals(m, plausible | {"prefill_tps": 1e9})[0]
+    fitted = {"ttft_residual_max_pct": 40.0, "overhead_fitted_ms": 0.0}
+    said = evidence.warnings(m, {"prefill_tps": 1e4, "prefill_attention_ns": 0.0}, fitted, load=None)
+    assert any("misses a cold prompt length by 40%" in w for w in said)
+    assert any("overhead was fitted at 0, yet a 100-token prompt took 20 ms" in w for w in said)
+    # A plausible rate whose prefill is under 5% of the longest prompt (3 ms of 310): written, warned.
+    fast = {"prefill_tps": 1e6, "prefill_attention_ns": 0.0}
+    assert evidence.refusals(m, fast) == []
+    hidden = evidence.warnings(m, fast, {"ttft_residual_max_pct": 1.0, "overhead_fitted_ms": 300.0}, None)
+    assert hidden and "prefill of 3.0 ms in the 310 ms of a 3,000-token cold prompt" in hidden[0]
+
+
+def test_a_batch_slowdown_at_the_edge_of_its_range_is_left_out_and_said() -> None:
+    # A twin whose error falls as the slowdown falls: the best is the edge, -0.2; dropped to 0.
+    def twin(b: int | None, s: float) -> list[list[float]]:
+        return [[100.0 * (1 + s + 0.3), 200.0, 300.0, 400.0]] if b else [[500.0, 500.0, 500.0, 500.0]]
+
+    got, why = fit.supported_batch([[100.0, 200.0, 300.0, 400.0]], twin)
+    assert got.slowdown == 0.0 and why and "at the edge of the range tried (-0.2 to 0.5)" in why
+
+    # Within the range and worth more than the rounds' spread: kept.
+    def inside(b: int | None, s: float) -> list[list[float]]:
+        return [[100.0 * (1 + abs(s - 0.1) * 5), 200.0, 300.0, 400.0]] if b else [[900.0] * 4]
+
+    kept, none = fit.supported_batch([[100.0, 200.0, 300.0, 400.0]], inside)
+    assert kept.slowdown == 0.1 and none is None
+    # The same gain, but the rounds themselves differ by more: dropped.
+    noisy = [[100.0, 200.0, 300.0, 400.0], [160.0, 260.0, 390.0, 520.0]]
+    plain, why = fit.supported_batch(noisy, lambda b, s: [r for r in inside(b, s) for _ in (0, 1)])
+    assert plain.slowdown == 0.0 and why and "less than the rounds' own spread" in why
+
+
+# ── --check: the wrong server, a slower machine ─────────────────────────────
+
+
+def profile_file(tmp_path: Path, url: str, **settings: Any) -> Path:
+    about = {"schema": SCHEMA, "engine": "llama.cpp", "model": "/models/tiny-other.gguf", "measured_at": url}
+    body = {"overhead_ms": 15.0, "prefill_tps": 20_000.0, "seats": 4, "context_tokens": 8192} | settings
+    path = tmp_path / "p.toml"
+    path.write_text(prof.to_toml(prof.Profile(about, body)), encoding="utf-8")
+    return path
+
+
+def test_check_against_another_server_refuses_without_a_terminal_and_sends_nothing(tmp_path: Path) -> None:
+    engine = Engine()
+    with fake_timed_llamacpp(engine) as url:
+        path = profile_file(tmp_path, url, seats=1, context_tokens=8192)
+        out = run_felab("calibrate", "--check", str(path), "--target", "llamacpp", "--base-url", url)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "seats: 1 in the profile, 4 on this server" in out.stdout
+    said = " ".join(out.stderr.split())
+    assert "nothing was sent: the profile was made on another server" in said and "--yes" in said
+    assert engine.posts == 0
+
+
+def test_the_server_a_profile_was_made_on_is_told_from_another() -> None:
+    facts = ServerFacts("llama.cpp", 4, 2048)
+    here = Target("llamacpp", "http://127.0.0.1:8080/v1", "m.gguf", "x", False)
+    about = {"model": "m.gguf", "measured_at": "http://127.0.0.1:8080/v1"}
+    assert card.differences(about, {"seats": 4, "context_tokens": 8192}, facts, here) == []
+    other = card.differences(about | {"model": "big.gguf"}, {"seats": 1, "context_tokens": 8192}, facts, here)
+    assert other == [
+        "seats: 1 in the profile, 4 on this server",
+        "model: big.gguf in the profile, m.gguf here",
+    ]
+
+
+def test_the_reference_prompts_tell_a_slower_machine_from_a_wrong_profile() -> None:
+    settings = {"overhead_ms": 10.0, "prefill_tps": 10_000.0}
+    measured = {"reference_tokens": 1000, "reference_ttft_ms": [110.0, 111.0, 109.0]}
+    slower = [Sample(4000, 1000, 0, 165.0, 2), Sample(4000, 1000, 0, 166.0, 2)]
+    ratio = card.reference_ratio(slower, measured, settings)
+    assert ratio == pytest.approx(1.5, rel=0.01)
+    assert "now 1.5x slower than when the profile was made" in str(card.speed_note(ratio, moved=1.5))
+    wrong = card.speed_note(1.0, moved=1.6)  # the machine as it was: the profile is wrong
+    assert wrong and "ran at the profile's speed (1.00x), so the profile is wrong" in wrong
+    assert card.speed_note(1.05, moved=1.1) is None
+    assert card.reference_ratio(slower, {}, settings) is None  # an older profile: no reference
+
+
+def test_check_runs_the_reference_first_and_survives_replies_without_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Calibrate a fake, make it 3x slower, then check with 1 reply in 10 empty: the card is made,
+    # the empty replies are counted, and the slowdown is put on the machine, not the profile.
+    from felab.calibrate import command
+
+    engine = Engine()
+    with fake_timed_llamacpp(engine) as url:
+        target = Target("llamacpp", url, "/models/tiny-other.gguf", "not-needed", False)
+        path = command.calibrate(target, tmp_path / "p.toml", max_requests=250, yes=True)
+        engine.overhead_ms, engine.ms_per_token, engine.empty_every = 45.0, 0.15, 10
+        command.check(target, path, read_settings(path), 250, True, tmp_path / "c.png", rounds=2)
+    said = " ".join(capsys.readouterr().out.split())
+    assert "the reference prompts first" in said
+    assert "slower than when the profile was made" in said
+    assert "replies of the real server carried no text" in said
+    assert "kinds of work have the twin's median TTFT within" in said
+
+
+def test_a_round_with_a_failed_request_is_left_out_not_the_card(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: the 503 at request 10 ended the whole check. Now its round (1) is left out on both
+    # servers, said, and the other two make the card; the twin got the same prompts in them.
+    from felab.calibrate import command
+
+    engine = Engine(fail_at=frozenset({10}))
+    with fake_timed_llamacpp(engine) as url:
+        path = profile_file(tmp_path, url)
+        target = Target("llamacpp", url, "/models/tiny-other.gguf", "not-needed", False)
+        rows = command.check(target, path, read_settings(path), 250, True, tmp_path / "c.png", rounds=3)
+    said = " ".join(capsys.readouterr().out.split())
+    assert "round 1/3: left out, a request failed" in said
+    assert "1 of 3 rounds were left out on both servers" in said and "Loading model" in said
+    assert rows[0].n == 2  # each cold length: one prompt a round, 2 rounds kept
+
+
+def test_a_check_whose_requests_keep_failing_stops_with_one_message(tmp_path: Path) -> None:
+    engine = Engine(fail_at=frozenset(range(1, 1000, 7)))
+    with fake_timed_llamacpp(engine) as url:
+        path = profile_file(tmp_path, url)
+        out = run_felab("calibrate", "--check", str(path), "--target", "llamacpp", "--base-url", url)
+    assert out.returncode == 2, out.stdout + out.stderr
+    said = " ".join(out.stderr.split())
+    assert "the check left out 6 of 6 rounds so far, each for a request that failed" in said
+    assert "Traceback" not in out.stderr
+
+
+def test_an_attention_term_smaller_than_the_repeats_spread_is_left_out_and_said() -> None:
+    def measured(attention_ns: float, jitter: list[float]) -> Measurements:
+        m = Measurements(ServerFacts("x"), Sample(400, 100, 0, 20.0, 2))
+        m.cold = [
+            [
+                Sample(4 * u, u, 0, fit.predict_ms(10.0, 10_000.0, attention_ns, u, 0) * (1 + j), 2)
+                for j in jitter
+            ]
+            for u in (100, 400, 1000, 2000, 3200, 4800, 6400)
+        ]
+        return m
+
+    # A linear server on a busy machine: repeats 10% apart, and a longest point nudged up by noise
+    # (attention 0.5 ns adds 1.6% to 6,400 tokens): the term is noise, and it goes.
+    noisy = measured(0.0, [-0.1, 0.0, 0.1, -0.1, 0.1])
+    noisy.cold[-1] = [dataclasses.replace(s, ttft_ms=s.ttft_ms * 1.016) for s in noisy.cold[-1]]
+    got, why = prof.supported_attention(noisy, prof.NO_PIECES)
+    assert got.attention_ns == 0.0 and why and "prefill_attention_ns fitted at" in why
+    assert "less than its repeats differ among themselves (10.0%)" in why
+    # llama.cpp's 36 ns: half of the longest prompt's time, far above the same spread: kept.
+    real, none = prof.supported_attention(measured(36.0, [-0.1, 0.0, 0.1, -0.1, 0.1]), prof.NO_PIECES)
+    assert real.attention_ns == pytest.approx(36.0, rel=1e-6) and none is None
