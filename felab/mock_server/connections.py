@@ -13,7 +13,15 @@ A server that waits forever for a client can be held by one that never finishes
                OpenAI's envelope (intake.py)
 
 uvicorn's httptools protocol is used as is, with two timers added; its own keep-alive
-timer and handler close the connection. Four more things happen here: each request's
+timer and handler close the connection.
+
+A client that sends requests and does not read the replies holds only its own connection.
+uvicorn queues requests sent ahead (pipelined) and answers them in order, but it read on
+after each reply however many were queued: a client that wrote megabytes of `GET /health`
+and read nothing had them all parsed and queued. Here a connection is read only while
+nothing it sent waits for a reply and its replies do not pile up unread (TCP's own flow
+control then stops the client), and one with more than MAX_WAITING requests waiting at
+once (a single read can bring thousands) is closed. Four more things happen here: each request's
 arrival is noted as soon as its head is parsed (intake.py reads it), a reply is told at
 once when its client hangs up (`intake.HANG_UP`), a response's head goes out in one write
 with its first body bytes when they follow at once (`HeadWithBody`), and malformed HTTP is
@@ -23,9 +31,11 @@ answered in OpenAI's envelope.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sized
 from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from felab.mock_server.config import Settings
@@ -48,6 +58,8 @@ class HeadWithBody:
         self.transport, self.loop, self.held = transport, loop, b""
 
     def write(self, data: bytes) -> None:
+        if self.transport.is_closing():
+            return  # dropped (cut_off) while a reply was written: nobody reads it
         if self.held:
             data, self.held = self.held + data, b""
         elif data.startswith(b"HTTP/1.1 ") and data.endswith(b"\r\n\r\n") and data[9:12] != b"100":
@@ -57,7 +69,7 @@ class HeadWithBody:
         self.transport.write(data)
 
     def flush(self) -> None:
-        if self.held:
+        if self.held and not self.transport.is_closing():
             data, self.held = self.held, b""
             self.transport.write(data)
 
@@ -69,6 +81,34 @@ class HeadWithBody:
         return getattr(self.transport, name)
 
 
+MAX_WAITING = 100
+"""Requests a connection may have waiting for their replies (sent ahead, HTTP/1.1 pipelining);
+with more, it is closed. No client the kit uses sends a request before the last reply is read."""
+
+
+class Backpressure(FlowControl):
+    """uvicorn's flow control, which reads on whenever a request asks for its body or a reply
+    is done, held while the connection's client has requests waiting for replies (`waiting`,
+    uvicorn's pipeline) or does not read its replies (the transport paused writing): TCP then
+    stops it from sending more. Reading resumes when both are over."""
+
+    def __init__(self, transport: asyncio.Transport, waiting: Sized) -> None:
+        super().__init__(transport)
+        self.waiting = waiting
+
+    def resume_reading(self) -> None:
+        if not self.waiting and not self.write_paused:
+            super().resume_reading()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self.pause_reading()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self.resume_reading()
+
+
 class TimelyHttp(HttpToolsProtocol):
     """uvicorn's HTTP protocol, with a deadline for a new connection's first byte and for each head."""
 
@@ -76,25 +116,39 @@ class TimelyHttp(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         # (uvicorn's own signature narrows asyncio.Protocol's in the same way)
-        super().connection_made(transport)  # uvicorn's flow control keeps the transport itself
+        super().connection_made(transport)
+        self.flow = Backpressure(transport, self.pipeline)  # it keeps the transport itself
         self.transport = HeadWithBody(transport, self.loop)  # type: ignore[assignment]
         self.head_timer: asyncio.TimerHandle | None = None
+        self.flooded = False
         # Idle from the start: uvicorn arms this only after a first reply. Any byte cancels it.
         self.timeout_keep_alive_task = self.loop.call_later(
             self.timeout_keep_alive, self.timeout_keep_alive_handler
         )
 
     def on_message_begin(self) -> None:
+        if self.flooded:
+            return
         super().on_message_begin()
         self.head_timer = self.loop.call_later(self.head_timeout_s, self.timeout_keep_alive_handler)
 
+    def data_received(self, data: bytes) -> None:
+        if not self.flooded:
+            super().data_received(data)
+
     def on_headers_complete(self) -> None:
+        if self.flooded:  # the rest of the read that brought the flood: parsed, never served
+            return
         self._stop_head_timer()
         self.scope["state"][ARRIVAL] = clock()  # the request has arrived: every cost after this is its own
         self.scope["state"][HANG_UP] = HangUp()  # how its reply learns of a hang-up
         super().on_headers_complete()
+        if len(self.pipeline) > MAX_WAITING:
+            self.cut_off()
 
     def on_message_complete(self) -> None:
+        if self.flooded:
+            return
         super().on_message_complete()
         if not self.pipeline:  # the request being served is whole: read on, to see a hang-up
             # (uvicorn pauses reading while a large body waits to be read, and resumes it only
@@ -110,7 +164,8 @@ class TimelyHttp(HttpToolsProtocol):
     def send_400_response(self, msg: str) -> None:
         """Malformed HTTP (a bad chunk size, Content-Length with chunked, a bare LF, ...), answered
         in OpenAI's envelope like every other error; uvicorn's own answer is plain text. uvicorn
-        calls this when its parser gives up, then forgets the connection: it is closed here."""
+        calls this when its parser gives up, then forgets the connection: it is closed here.
+        """
         advice = "the request line, the headers or the chunked body do not follow HTTP/1.1"
         body = ApiError(400, f"{msg.rstrip('.')}: {advice}.").response().body
         content = [b"HTTP/1.1 400 Bad Request\r\n"]
@@ -119,6 +174,18 @@ class TimelyHttp(HttpToolsProtocol):
         content += [b"content-type: application/json\r\n", b"content-length: %d\r\n" % len(body)]
         self.transport.write(b"".join([*content, b"connection: close\r\n\r\n", body]))
         self.transport.close()
+
+    def cut_off(self) -> None:
+        """Drop a connection flooded with requests sent ahead, without a reply: its client reads
+        nothing (a graceful close would wait for it to), and no request it queued is started.
+        The parser still goes through the rest of the read it is in (at most 256 kB), serving none."""
+        self.flooded = True
+        self.logger.warning(
+            "A client sent more than %d requests without reading the replies: its connection is closed.",
+            MAX_WAITING,
+        )
+        self.pipeline.clear()
+        self.transport.abort()
 
     def _stop_head_timer(self) -> None:
         timer = getattr(self, "head_timer", None)

@@ -83,7 +83,11 @@ class Intake:
     then admit.
 
     Admission is one request at a time: each waits for the admission lock (`self.admitting`)
-    after its body is read, and the route releases it as soon as the request is booked. The
+    after its body is read, and the route releases it as soon as the request is booked; a
+    route that books nothing (GET /health, /metrics, an error) releases it when its reply
+    starts, before a byte of it is written. Writing waits for the client to read (uvicorn
+    stops at a full send buffer): a client that never reads its replies must hold only its
+    own connection, never the turn of every other client. The
     event loop reads new requests between two admissions (each admission waits for a pass of
     it), and the HTTP protocol notes each one's arrival as it reads its head (connections.py),
     so when many arrive at once none waits for the others to be parsed before its clock starts.
@@ -111,6 +115,11 @@ class Intake:
                 admitted = True
                 self.admitting.release()
 
+        async def reply(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                admit()  # the reply is worked out: writing it is its client's business alone
+            await send(message)
+
         scope.setdefault("state", {})["intake"] = Admission(arrival, admit)  # Starlette's request.state
         try:
             # A pass of the event loop between two admissions, even when the turn was free:
@@ -118,9 +127,9 @@ class Intake:
             # after another in it, and a burst of 64 large prompts kept the loop from reading
             # arrivals and sending first tokens for 30 ms (measured: p99 30 ms, with it 6 ms).
             await asyncio.sleep(0)
-            await self.app(scope, _replay(body, receive), send)
+            await self.app(scope, _replay(body, receive), reply)
         finally:
-            admit()  # other routes, and errors: the next is admitted when the reply is done
+            admit()  # a route that raised before it replied: the next is admitted now
 
     async def _body(self, scope: dict, receive: Any, send: Any) -> bytes | None:
         """The whole body; None once the request is refused (413, 408) or its client left."""

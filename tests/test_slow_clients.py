@@ -1,0 +1,120 @@
+"""A client that sends and does not read holds only its own connection.
+
+Each test runs a practice server of its own (a real process on loopback) and talks to it
+through raw sockets, as a stuck or hostile client would: requests sent ahead of their
+replies (HTTP/1.1 pipelining) and never read. Meanwhile another client asks for /health
+and must be answered as if nothing happened. The bounds are generous (1 s; an idle
+server answers in about a millisecond): the old server failed them by seconds, or never
+answered until the hog hung up.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import openai
+import pytest
+
+from felab.mock_server.connections import MAX_WAITING
+from felab.mock_server.launch import practice_server
+
+MODEL = "felab-practice"
+HEALTH = b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n"
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, tuple[str, int]]]:
+    with practice_server() as url:
+        parts = urlsplit(url)
+        assert parts.hostname and parts.port
+        yield url, (parts.hostname, parts.port)
+
+
+def non_reader(address: tuple[str, int]) -> socket.socket:
+    """A connection that will read nothing: its receive buffer as small as the kernel allows."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(address)
+    return s
+
+
+def health_s(address: tuple[str, int]) -> float:
+    """Seconds for a new connection's GET /health to be answered in full (at most 10 s)."""
+    start = time.perf_counter()
+    with socket.create_connection(address, timeout=10) as s:
+        s.sendall(HEALTH)
+        reply = b""
+        while not reply.endswith(b"}"):
+            chunk = s.recv(65536)
+            assert chunk, f"the server closed the connection: {reply[:200]!r}"
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 200"), reply[:200]
+    return time.perf_counter() - start
+
+
+def chat_answers(url: str) -> bool:
+    """Whether a chat request through the openai client gets its reply (within 10 s)."""
+    api = openai.OpenAI(base_url=url, api_key="not-needed", max_retries=0, timeout=10)
+    chat = api.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+    )
+    return bool(chat.choices[0].message.content)
+
+
+def test_a_flood_of_pipelined_gets_closes_only_its_own_connection(
+    server: tuple[str, tuple[str, int]],
+) -> None:
+    url, address = server
+    flood = HEALTH * (10_000_000 // len(HEALTH))  # 10 MB of GET /health, none of it read
+    hog = non_reader(address)
+    outcome: list[BaseException | None] = []
+
+    def send() -> None:
+        try:
+            hog.sendall(flood)
+            outcome.append(None)
+        except OSError as exc:
+            outcome.append(exc)
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    try:
+        waits = [health_s(address) for _ in range(10)]
+        sender.join(timeout=30)
+    finally:
+        hog.close()
+    assert max(waits) < 1.0, f"/health took {max(waits) * 1000:.0f} ms beside the flood"
+    # More than MAX_WAITING requests waiting at once: the server drops the connection.
+    assert outcome and isinstance(outcome[0], ConnectionError), outcome
+    assert chat_answers(url)
+
+
+def test_a_client_that_never_reads_its_replies_is_paused_and_holds_no_one_else(
+    server: tuple[str, tuple[str, int]],
+) -> None:
+    # 90 requests at once (fewer than MAX_WAITING), none of their replies read: each asks for
+    # a model with a 60 kB name, and its 404 names it back, so the 5.4 MB of replies overflow
+    # the kernel's buffers (4 MB at most) and the server's, and the hog is left with a reply
+    # half written. The old server kept the admission turn for that reply: no other request
+    # was admitted until the hog hung up.
+    url, address = server
+    asks = f"GET /v1/models/{'m' * 60_000} HTTP/1.1\r\nhost: x\r\n\r\n".encode() * (MAX_WAITING - 10)
+    hog = non_reader(address)
+    try:
+        hog.sendall(asks)
+        time.sleep(0.5)
+        waits = [health_s(address) for _ in range(5)]
+        answered = chat_answers(url)
+        # The server reads no more from it (what it sends waits in TCP's buffers), and does
+        # not drop it either: 10 MB more cannot be sent.
+        hog.settimeout(1.0)
+        with pytest.raises(TimeoutError):
+            hog.sendall(HEALTH * (10_000_000 // len(HEALTH)))
+    finally:
+        hog.close()
+    assert max(waits) < 1.0, f"/health took {max(waits) * 1000:.0f} ms beside the non-reader"
+    assert answered
