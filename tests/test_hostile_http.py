@@ -112,3 +112,24 @@ def test_malformed_http_gets_a_400_in_openais_envelope(mock_url: str, case: str)
     error = envelope(raw)
     assert error["type"] == "invalid_request_error"
     assert "HTTP" in error["message"]
+
+
+def test_an_http_1_0_client_gets_its_stream_unchunked_and_ended_by_the_close(mock_url: str) -> None:
+    # HTTP/1.0 has no chunked transfer coding: the events come as they are, until the close.
+    body = json.dumps(
+        {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": True}
+    ).encode()
+    head = (
+        "POST /v1/chat/completions HTTP/1.0\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    )
+    with socket.create_connection(address(mock_url), timeout=10) as s:
+        s.sendall(head.encode() + body)
+        raw = read_reply(s)
+    head_out, _, events = raw.partition(b"\r\n\r\n")
+    assert head_out.startswith(b"HTTP/1.1 200"), head_out
+    assert b"transfer-encoding" not in head_out.lower() and b"connection: close" in head_out.lower()
+    assert events.endswith(b"data: [DONE]\n\n"), events[-200:]
+    blocks = events.split(b"\n\n")[:-1]  # each event whole, with no chunk sizes between them
+    assert all(block.startswith(b"data: ") for block in blocks), events[:300]
+    assert len(blocks) == 5  # the role, three tokens, [DONE]

@@ -25,7 +25,8 @@ once (a single read can bring thousands) is closed. Four more things happen here
 arrival is noted as soon as its head is parsed (intake.py reads it), a reply is told at
 once when its client hangs up (`intake.HANG_UP`), a response's head goes out in one write
 with its first body bytes when they follow at once (`HeadWithBody`), and malformed HTTP is
-answered in OpenAI's envelope.
+answered in OpenAI's envelope; an HTTP/1.0 client gets a stream without chunks, ended by the close
+(`CloseDelimited`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.flow_control import FlowControl
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from felab.mock_server.config import Settings
 from felab.mock_server.intake import ARRIVAL, HANG_UP, HangUp
@@ -109,6 +110,26 @@ class Backpressure(FlowControl):
         self.resume_reading()
 
 
+class CloseDelimited(RequestResponseCycle):
+    """An HTTP/1.0 request's cycle. HTTP/1.0 has no chunked transfer coding (a server must not
+    send one to an HTTP/1.0 client: RFC 9112, 6.1), and uvicorn chunks every reply that has no
+    Content-Length, a stream of events too: such a reply goes out as it is here, and its end
+    is the connection's close (uvicorn closes an HTTP/1.0 connection after each reply)."""
+
+    close_delimited = False
+
+    async def send(self, message: Any) -> None:
+        if message["type"] == "http.response.start" and not self.response_started:
+            names = {name.lower() for name, _ in message.get("headers", [])}
+            if not names & {b"content-length", b"transfer-encoding"}:
+                self.close_delimited = True
+                self.chunked_encoding = False  # uvicorn adds `transfer-encoding: chunked` when None
+        elif message["type"] == "http.response.body" and self.close_delimited:
+            # uvicorn writes an unchunked body against its Content-Length: each piece is all there is
+            self.expected_content_length = len(message.get("body", b""))
+        await super().send(message)
+
+
 class TimelyHttp(HttpToolsProtocol):
     """uvicorn's HTTP protocol, with a deadline for a new connection's first byte and for each head."""
 
@@ -143,6 +164,8 @@ class TimelyHttp(HttpToolsProtocol):
         self.scope["state"][ARRIVAL] = clock()  # the request has arrived: every cost after this is its own
         self.scope["state"][HANG_UP] = HangUp()  # how its reply learns of a hang-up
         super().on_headers_complete()
+        if self.scope["http_version"] == "1.0" and self.cycle is not None and self.cycle.scope is self.scope:
+            self.cycle.__class__ = CloseDelimited  # the cycle uvicorn just made, for this request
         if len(self.pipeline) > MAX_WAITING:
             self.cut_off()
 
