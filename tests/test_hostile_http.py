@@ -69,6 +69,19 @@ def test_a_chunked_body_over_the_limit_sent_whole_gets_the_413(mock_url: str) ->
         conn.close()
 
 
+def test_a_chunked_body_gets_its_413_when_it_crosses_the_limit(mock_url: str) -> None:
+    # 9 MB of a chunked body (the limit is 8 MiB), then nothing more and no end: the 413 comes
+    # at once, not when the body's deadline (--request-timeout, 10 s) has passed.
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+    piece = b"%x\r\n%s\r\n" % (1_000_000, b"x" * 1_000_000)
+    with socket.create_connection(address(mock_url), timeout=10) as s:
+        s.sendall(head + piece * 9)
+        s.settimeout(3.0)  # generous (an idle server answers within milliseconds): else TimeoutError
+        raw = s.recv(65536)
+    assert raw.startswith(b"HTTP/1.1 413"), raw[:200]
+    assert "larger than" in envelope(raw)["message"]
+
+
 def test_a_huge_body_announced_with_100_continue_is_refused_before_it_is_sent(mock_url: str) -> None:
     # curl's way: it waits for `100 Continue` before a large body; the 413 comes instead, at once.
     head = (

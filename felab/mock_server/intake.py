@@ -22,8 +22,9 @@ from felab.mock_server.wire import ApiError
 
 T = TypeVar("T")
 DISCARD_BYTES = 64 * 1024 * 1024
-"""How much of a body over the limit is read and dropped so that its client gets the 413 (above
-this, or past the request deadline, the connection is closed as it stands)."""
+"""How much of a body over the limit is read and dropped after its 413 is sent, so that a client
+that sends it all before reading gets the 413 rather than a reset (above this, or past the
+request deadline, the connection is closed as it stands)."""
 ARRIVAL = "felab.arrival"
 """The key in a request's `scope["state"]` where the HTTP protocol notes its arrival (server's clock)."""
 HANG_UP = "felab.hang_up"
@@ -136,18 +137,16 @@ class Intake:
         headers = dict(scope.get("headers") or [])
         declared = headers.get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.limit:
-            # A client that waits for `100 Continue` (curl) has not sent the body: refuse at once.
-            if headers.get(b"expect", b"").lower() != b"100-continue" and int(declared) <= DISCARD_BYTES:
-                await self._discard(receive)
-            await self._refuse(send, 413, self._too_large())
+            # A client that waits for `100 Continue` (curl) has not sent the body: nothing to drop.
+            sent = headers.get(b"expect", b"").lower() != b"100-continue" and int(declared) <= DISCARD_BYTES
+            await self._refuse(send, 413, self._too_large(), receive if sent else None)
             return None
         try:
             return await within(self.timeout_s, self._read(receive))
         except asyncio.TimeoutError:
             await self._refuse(send, 408, f"The request body did not arrive within {self.timeout_s:g} s.")
-        except _TooLarge:
-            await self._discard(receive)
-            await self._refuse(send, 413, self._too_large())
+        except _TooLarge:  # the moment the limit is crossed, also in a chunked body of no known length
+            await self._refuse(send, 413, self._too_large(), receive)
         return None
 
     async def _read(self, receive: Any) -> bytes | None:
@@ -185,11 +184,26 @@ class Intake:
     def _too_large(self) -> str:
         return f"Request body larger than {self.limit} bytes."
 
-    async def _refuse(self, send: Any, status: int, message: str) -> None:
+    async def _refuse(self, send: Any, status: int, message: str, rest: Any = None) -> None:
         """Answer before the body is read (or whole), and close the connection: what is left of
-        the body must not be read as the next request."""
+        the body must not be read as the next request.
+
+        With `rest` (the `receive` of a body still coming), the answer goes out whole at once,
+        then the rest of the body is read and dropped (`_discard`), and only then does the
+        connection close (uvicorn closes it when the reply's end is sent): the client has its
+        answer when it looks, whether it reads as it sends or only once it has sent it all.
+        """
         response = ApiError(status, message, headers={"connection": "close"}).response()
-        await response({"type": "http"}, _closed, send)
+        if rest is None:
+            await response({"type": "http"}, _closed, send)
+            return
+
+        async def all_but_the_end(message: dict) -> None:
+            await send({**message, "more_body": True} if message["type"] == "http.response.body" else message)
+
+        await response({"type": "http"}, _closed, all_but_the_end)  # every byte of it, written now
+        await self._discard(rest)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 class _TooLarge(Exception):
