@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -198,7 +198,7 @@ class Intake:
             await response({"type": "http"}, _closed, send)
             return
 
-        async def all_but_the_end(message: dict) -> None:
+        async def all_but_the_end(message: MutableMapping[str, Any]) -> None:
             await send({**message, "more_body": True} if message["type"] == "http.response.body" else message)
 
         await response({"type": "http"}, _closed, all_but_the_end)  # every byte of it, written now
