@@ -108,6 +108,20 @@ MALFORMED = {
 }
 
 
+def test_a_head_over_the_limit_gets_a_431_in_openais_envelope(mock_url: str) -> None:
+    # 100 kB of headers, sent whole before the reply is read: the 431 still reaches the client.
+    head = b"GET /health HTTP/1.1\r\nhost: x\r\n" + b"x-big: " + b"a" * 100_000 + b"\r\n\r\n"
+    with socket.create_connection(address(mock_url), timeout=10) as s:
+        s.sendall(head)
+        raw = b""
+        while not raw.endswith(b"}}"):
+            chunk = s.recv(65536)
+            assert chunk, raw
+            raw += chunk
+    assert raw.startswith(b"HTTP/1.1 431"), raw[:200]
+    assert "headers are larger than" in envelope(raw)["message"]
+
+
 def read_reply(s: socket.socket) -> bytes:
     """Everything the server sends until it closes the connection (or 10 s pass)."""
     chunks = []

@@ -118,3 +118,42 @@ def test_a_client_that_never_reads_its_replies_is_paused_and_holds_no_one_else(
         hog.close()
     assert max(waits) < 1.0, f"/health took {max(waits) * 1000:.0f} ms beside the non-reader"
     assert answered
+
+
+ENDLESS = {
+    "a header line that never ends": (b"x-long: ", b"a" * 1024),
+    "header lines without end": (b"", b"x-many: 1\r\n" * 100),
+}
+
+
+@pytest.mark.parametrize("case", list(ENDLESS))
+def test_an_endless_head_is_cut_at_the_limit_and_holds_no_one_else(
+    server: tuple[str, tuple[str, int]], case: str
+) -> None:
+    # The old server copied the whole header so far at each piece: beside one such client,
+    # /health took 2 to 7.5 s, until the head deadline (10 s) closed it.
+    _, address = server
+    opening, piece = ENDLESS[case]
+    hog = socket.create_connection(address)
+    probing, outcome = threading.Event(), []
+
+    def send() -> None:
+        try:
+            hog.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n" + opening)
+            while not probing.is_set():  # endless, for as long as /health is asked for
+                hog.sendall(piece)
+            outcome.append(None)
+        except OSError as exc:
+            outcome.append(exc)
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    try:
+        waits = [health_s(address) for _ in range(10)]
+        probing.set()
+        sender.join(timeout=30)
+    finally:
+        hog.close()
+    assert max(waits) < 1.0, f"/health took {max(waits) * 1000:.0f} ms beside the endless head"
+    # Cut off: past MAX_HEAD_BYTES the 431, then up to 1 MiB is dropped, then the connection.
+    assert outcome and isinstance(outcome[0], ConnectionError), outcome

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sized
+from http import HTTPStatus
 from typing import Any
 
 import uvicorn
@@ -130,6 +131,16 @@ class CloseDelimited(RequestResponseCycle):
         await super().send(message)
 
 
+MAX_HEAD_BYTES = 64 * 1024
+"""The most a request's line and headers may take (nginx allows 32 kB, Node and uvicorn's h11
+16 kB; the openai client sends well under 1 kB): past it, 431 and the connection is closed."""
+SLICE = 16 * 1024
+"""What the parser is fed at a time, so that a head's length is known to within this much."""
+LINGER_BYTES = 1024 * 1024
+"""After a 431, how much more is read and dropped (the rest of the head, a body) before the
+connection is closed, so that a client that sends it all before reading gets the 431, not a reset."""
+
+
 class TimelyHttp(HttpToolsProtocol):
     """uvicorn's HTTP protocol, with a deadline for a new connection's first byte and for each head."""
 
@@ -141,7 +152,9 @@ class TimelyHttp(HttpToolsProtocol):
         self.flow = Backpressure(transport, self.pipeline)  # it keeps the transport itself
         self.transport = HeadWithBody(transport, self.loop)  # type: ignore[assignment]
         self.head_timer: asyncio.TimerHandle | None = None
-        self.flooded = False
+        self.flooded = self.refused = False
+        self.head_bytes: int | None = 0  # bytes of the head being read; None while a body is
+        self.dropped = 0  # bytes read and dropped after a 431
         # Idle from the start: uvicorn arms this only after a first reply. Any byte cancels it.
         self.timeout_keep_alive_task = self.loop.call_later(
             self.timeout_keep_alive, self.timeout_keep_alive_handler
@@ -154,13 +167,35 @@ class TimelyHttp(HttpToolsProtocol):
         self.head_timer = self.loop.call_later(self.head_timeout_s, self.timeout_keep_alive_handler)
 
     def data_received(self, data: bytes) -> None:
-        if not self.flooded:
-            super().data_received(data)
+        """Feed the parser a slice at a time, counting the bytes of each head as they come.
+
+        httptools joins a header's pieces by copying what it has so far at each one, and has
+        no limit of its own: a header that never ends (or endless header lines) cost seconds
+        of the event loop, every other client's, before the head deadline closed it.
+        """
+        if self.flooded:
+            return
+        if self.refused:
+            self.dropped += len(data)
+            if self.dropped > LINGER_BYTES:
+                self.transport.abort()
+            return
+        for start in range(0, len(data), SLICE):
+            piece = data[start : start + SLICE]
+            if self.head_bytes is not None:
+                self.head_bytes += len(piece)
+                if self.head_bytes > MAX_HEAD_BYTES:
+                    self.refuse_head()
+                    return
+            super().data_received(piece)
+            if self.flooded or self.transport.is_closing():
+                return
 
     def on_headers_complete(self) -> None:
         if self.flooded:  # the rest of the read that brought the flood: parsed, never served
             return
         self._stop_head_timer()
+        self.head_bytes = None  # a body, if any, comes next: the intake limits it
         self.scope["state"][ARRIVAL] = clock()  # the request has arrived: every cost after this is its own
         self.scope["state"][HANG_UP] = HangUp()  # how its reply learns of a hang-up
         super().on_headers_complete()
@@ -173,6 +208,7 @@ class TimelyHttp(HttpToolsProtocol):
         if self.flooded:
             return
         super().on_message_complete()
+        self.head_bytes = 0  # what comes next is the next request's head
         if not self.pipeline:  # the request being served is whole: read on, to see a hang-up
             # (uvicorn pauses reading while a large body waits to be read, and resumes it only
             # when the app asks for more: a reply that waits asks for nothing)
@@ -190,13 +226,38 @@ class TimelyHttp(HttpToolsProtocol):
         calls this when its parser gives up, then forgets the connection: it is closed here.
         """
         advice = "the request line, the headers or the chunked body do not follow HTTP/1.1"
-        body = ApiError(400, f"{msg.rstrip('.')}: {advice}.").response().body
-        content = [b"HTTP/1.1 400 Bad Request\r\n"]
+        self.answer(400, f"{msg.rstrip('.')}: {advice}.")
+        self.transport.close()
+
+    def refuse_head(self) -> None:
+        """A head past MAX_HEAD_BYTES: 431, then what the client still sends is dropped (up to
+        LINGER_BYTES, then the connection is dropped too) until it closes or the idle timeout
+        does. With a reply under way on the connection there is no room for the 431: it is
+        dropped at once."""
+        self.refused = True
+        self._stop_head_timer()
+        self.pipeline.clear()
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.transport.abort()
+            return
+        self.answer(
+            431,
+            f"The request line and headers are larger than {MAX_HEAD_BYTES // 1024} kB: "
+            f"send fewer or shorter headers (data belongs in the body).",
+        )
+        self._unset_keepalive_if_required()
+        self.timeout_keep_alive_task = self.loop.call_later(
+            self.timeout_keep_alive, self.timeout_keep_alive_handler
+        )
+
+    def answer(self, status: int, message: str) -> None:
+        """Write an error in OpenAI's envelope, with `connection: close`, outside any request cycle."""
+        body = ApiError(status, message).response().body
+        content = [b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode())]
         for name, value in self.server_state.default_headers:
             content += [name, b": ", value, b"\r\n"]
         content += [b"content-type: application/json\r\n", b"content-length: %d\r\n" % len(body)]
         self.transport.write(b"".join([*content, b"connection: close\r\n\r\n", body]))
-        self.transport.close()
 
     def cut_off(self) -> None:
         """Drop a connection flooded with requests sent ahead, without a reply: its client reads
