@@ -1,31 +1,32 @@
-"""How long a connection may keep the practice server waiting: idle, or sending its request slowly.
+"""What one connection may take of the practice server: time, bytes, and other clients' turn.
 
 A server that waits forever for a client can be held by one that never finishes
-(a crashed script, a stuck proxy, or slowloris on purpose). Three limits:
+(a crashed script, a stuck proxy, or slowloris on purpose), or by one that never reads
+what it is sent. The limits:
 
     idle       a connection with no request under way is closed after --idle-timeout
                seconds: between two requests (uvicorn's `timeout_keep_alive`) and, here,
                also a new connection that has sent nothing yet
     head       a request's line and headers must all arrive within --request-timeout
                seconds of its first byte, or the connection is closed (uvicorn re-arms
-               nothing while bytes trickle in, one a second)
+               nothing while bytes trickle in, one a second), and fit MAX_HEAD_BYTES, or
+               they get a 431 (httptools has no limit, and joins a header's pieces by
+               copying: an endless header cost the event loop seconds)
     body       the body has the same deadline, counted from arrival, and gets a 408 in
                OpenAI's envelope (intake.py)
+    unread     requests sent ahead of their replies (HTTP/1.1 pipelining) are read only
+               while none waits for its reply and the replies are being read
+               (`Backpressure`: TCP then holds the client back); more than MAX_WAITING
+               waiting at once (a single read can bring thousands) closes the connection.
+               uvicorn read on after every reply: 10 MB of `GET /health` sent and never
+               read were all parsed and queued.
 
-uvicorn's httptools protocol is used as is, with two timers added; its own keep-alive
-timer and handler close the connection.
-
-A client that sends requests and does not read the replies holds only its own connection.
-uvicorn queues requests sent ahead (pipelined) and answers them in order, but it read on
-after each reply however many were queued: a client that wrote megabytes of `GET /health`
-and read nothing had them all parsed and queued. Here a connection is read only while
-nothing it sent waits for a reply and its replies do not pile up unread (TCP's own flow
-control then stops the client), and one with more than MAX_WAITING requests waiting at
-once (a single read can bring thousands) is closed. Four more things happen here: each request's
-arrival is noted as soon as its head is parsed (intake.py reads it), a reply is told at
-once when its client hangs up (`intake.HANG_UP`), a response's head goes out in one write
-with its first body bytes when they follow at once (`HeadWithBody`), and malformed HTTP is
-answered in OpenAI's envelope; an HTTP/1.0 client gets a stream without chunks, ended by the close
+uvicorn's httptools protocol is used as is, with these added; its own keep-alive timer and
+handler close the connection. Four more things happen here: each request's arrival is
+noted as soon as its head is parsed (intake.py reads it), a reply is told at once when its
+client hangs up (`intake.HANG_UP`), a response's head goes out in one write with its first
+body bytes when they follow at once (`HeadWithBody`), and malformed HTTP is answered in
+OpenAI's envelope. An HTTP/1.0 client gets a stream without chunks, ended by the close
 (`CloseDelimited`).
 """
 
@@ -44,6 +45,18 @@ from felab.mock_server.config import Settings
 from felab.mock_server.intake import ARRIVAL, HANG_UP, HangUp
 from felab.mock_server.waits import clock
 from felab.mock_server.wire import ApiError
+
+MAX_WAITING = 100
+"""Requests a connection may have waiting for their replies (sent ahead, HTTP/1.1 pipelining);
+with more, it is closed. No client the kit uses sends a request before the last reply is read."""
+MAX_HEAD_BYTES = 64 * 1024
+"""The most a request's line and headers may take (nginx allows 32 kB, Node and uvicorn's h11
+16 kB; the openai client sends well under 1 kB): past it, 431 and the connection is closed."""
+SLICE = 16 * 1024
+"""What the parser is fed at a time, so that a head's length is known to within this much."""
+LINGER_BYTES = 1024 * 1024
+"""After a 431, how much more is read and dropped (the rest of the head, a body) before the
+connection is closed, so that a client that sends it all before reading gets the 431, not a reset."""
 
 
 class HeadWithBody:
@@ -81,11 +94,6 @@ class HeadWithBody:
 
     def __getattr__(self, name: str) -> Any:  # is_closing(), get_extra_info(), ...: the transport's own
         return getattr(self.transport, name)
-
-
-MAX_WAITING = 100
-"""Requests a connection may have waiting for their replies (sent ahead, HTTP/1.1 pipelining);
-with more, it is closed. No client the kit uses sends a request before the last reply is read."""
 
 
 class Backpressure(FlowControl):
@@ -129,16 +137,6 @@ class CloseDelimited(RequestResponseCycle):
             # uvicorn writes an unchunked body against its Content-Length: each piece is all there is
             self.expected_content_length = len(message.get("body", b""))
         await super().send(message)
-
-
-MAX_HEAD_BYTES = 64 * 1024
-"""The most a request's line and headers may take (nginx allows 32 kB, Node and uvicorn's h11
-16 kB; the openai client sends well under 1 kB): past it, 431 and the connection is closed."""
-SLICE = 16 * 1024
-"""What the parser is fed at a time, so that a head's length is known to within this much."""
-LINGER_BYTES = 1024 * 1024
-"""After a 431, how much more is read and dropped (the rest of the head, a body) before the
-connection is closed, so that a client that sends it all before reading gets the 431, not a reset."""
 
 
 class TimelyHttp(HttpToolsProtocol):
