@@ -14,8 +14,10 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
+import httpx
 import openai
 import pytest
 
@@ -157,3 +159,71 @@ def test_an_endless_head_is_cut_at_the_limit_and_holds_no_one_else(
     assert max(waits) < 1.0, f"/health took {max(waits) * 1000:.0f} ms beside the endless head"
     # Cut off: past MAX_HEAD_BYTES the 431, then up to 1 MiB is dropped, then the connection.
     assert outcome and isinstance(outcome[0], ConnectionError), outcome
+
+
+# ── Every kind at once, for a while (opt-in: make test-load) ─────────────────
+
+
+def rss_mb(pid: int) -> float:
+    """The resident memory of a process, in MB (Linux's /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text(encoding="ascii").splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def hog_loop(address: tuple[str, int], stop: threading.Event, opening: bytes, piece: bytes) -> None:
+    """Connect, send `opening` then `piece` over and over until the server drops the
+    connection; again, until `stop`. Reads nothing."""
+    while not stop.is_set():
+        hog = non_reader(address)
+        try:
+            hog.sendall(opening)
+            while not stop.is_set():
+                hog.sendall(piece)
+        except OSError:
+            pass
+        finally:
+            hog.close()
+
+
+@pytest.mark.load
+def test_hostile_clients_of_every_kind_at_once_hold_no_one_else(server: tuple[str, tuple[str, int]]) -> None:
+    # For 10 s: floods of pipelined GETs (reconnecting each time they are cut off), endless
+    # heads of both kinds, and a non-reader with a reply stuck half written, while a live
+    # client streams chats and asks for /health. Every /health within 1 s, every stream whole,
+    # and the server's memory does not grow with what the hogs send (hundreds of MB).
+    url, address = server
+    api = openai.OpenAI(base_url=url, api_key="not-needed", max_retries=0, timeout=10)
+    pid = int(httpx.get(url.removesuffix("/v1") + "/health", timeout=10).json()["pid"])
+    before = rss_mb(pid)
+    stop = threading.Event()
+    hogs = [
+        (b"", HEALTH * 1000),
+        (b"GET /health HTTP/1.1\r\nhost: x\r\nx-long: ", b"a" * 1024),
+        (b"GET /health HTTP/1.1\r\nhost: x\r\n", b"x-many: 1\r\n" * 100),
+    ]
+    threads = [threading.Thread(target=hog_loop, args=(address, stop, *h), daemon=True) for h in hogs]
+    stuck = non_reader(address)
+    stuck.sendall(f"GET /v1/models/{'m' * 60_000} HTTP/1.1\r\nhost: x\r\n\r\n".encode() * (MAX_WAITING - 10))
+    for t in threads:
+        t.start()
+    waits, streams = [], 0
+    try:
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            waits.append(health_s(address))
+            chunks = api.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=8, stream=True
+            )
+            assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) == 8
+            streams += 1
+        grew = rss_mb(pid) - before
+    finally:
+        stop.set()
+        stuck.close()
+        for t in threads:
+            t.join(timeout=10)
+    assert max(waits) < 1.0, f"/health took {max(waits) * 1000:.0f} ms beside the hogs"
+    assert streams > 5
+    assert grew < 100, f"the server grew by {grew:.0f} MB"
