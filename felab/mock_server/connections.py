@@ -140,7 +140,8 @@ class CloseDelimited(RequestResponseCycle):
 
 
 class TimelyHttp(HttpToolsProtocol):
-    """uvicorn's HTTP protocol, with a deadline for a new connection's first byte and for each head."""
+    """uvicorn's HTTP protocol, with a deadline for a new connection's first byte and for each
+    head, a limit to each head's size, and flow control for requests sent ahead of their replies."""
 
     head_timeout_s: float  # set per server by timely_http(), from Settings.request_timeout_s
 
@@ -151,7 +152,7 @@ class TimelyHttp(HttpToolsProtocol):
         self.transport = HeadWithBody(transport, self.loop)  # type: ignore[assignment]
         self.head_timer: asyncio.TimerHandle | None = None
         self.flooded = self.refused = False
-        self.head_bytes: int | None = 0  # bytes of the head being read; None while a body is
+        self.head_bytes: int | None = 0  # bytes of the head being read; None while a body is read
         self.dropped = 0  # bytes read and dropped after a 431
         # Idle from the start: uvicorn arms this only after a first reply. Any byte cancels it.
         self.timeout_keep_alive_task = self.loop.call_later(
@@ -260,7 +261,7 @@ class TimelyHttp(HttpToolsProtocol):
     def cut_off(self) -> None:
         """Drop a connection flooded with requests sent ahead, without a reply: its client reads
         nothing (a graceful close would wait for it to), and no request it queued is started.
-        The parser still goes through the rest of the read it is in (at most 256 kB), serving none."""
+        The parser still goes through the rest of the slice it is in (SLICE), serving none."""
         self.flooded = True
         self.logger.warning(
             "A client sent more than %d requests without reading the replies: its connection is closed.",
