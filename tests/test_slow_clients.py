@@ -44,6 +44,13 @@ def non_reader(address: tuple[str, int]) -> socket.socket:
     return s
 
 
+def send_buffer_max() -> int:
+    """The most the kernel buffers for a TCP sender, in bytes (Linux: tcp_wmem's third figure,
+    4 MB unless changed)."""
+    path = Path("/proc/sys/net/ipv4/tcp_wmem")
+    return int(path.read_text(encoding="ascii").split()[2]) if path.exists() else 4 * 1024 * 1024
+
+
 def health_s(address: tuple[str, int]) -> float:
     """Seconds for a new connection's GET /health to be answered in full (at most 10 s)."""
     start = time.perf_counter()
@@ -105,6 +112,8 @@ def test_a_client_that_never_reads_its_replies_is_paused_and_holds_no_one_else(
     # was admitted until the hog hung up.
     url, address = server
     asks = f"GET /v1/models/{'m' * 60_000} HTTP/1.1\r\nhost: x\r\n\r\n".encode() * (MAX_WAITING - 10)
+    if len(asks) < send_buffer_max() + 1_000_000:  # (here about 3.5 MB were needed)
+        pytest.skip("this kernel buffers more for a TCP sender than 90 replies can fill")
     hog = non_reader(address)
     try:
         hog.sendall(asks)
