@@ -69,6 +69,19 @@ def test_a_chunked_body_over_the_limit_sent_whole_gets_the_413(mock_url: str) ->
         conn.close()
 
 
+def test_a_chunked_body_gets_its_413_when_it_crosses_the_limit(mock_url: str) -> None:
+    # 9 MB of a chunked body (the limit is 8 MiB), then nothing more and no end: the 413 comes
+    # at once, not when the body's deadline (--request-timeout, 10 s) has passed.
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+    piece = b"%x\r\n%s\r\n" % (1_000_000, b"x" * 1_000_000)
+    with socket.create_connection(address(mock_url), timeout=10) as s:
+        s.sendall(head + piece * 9)
+        s.settimeout(3.0)  # generous (an idle server answers within milliseconds): else TimeoutError
+        raw = s.recv(65536)
+    assert raw.startswith(b"HTTP/1.1 413"), raw[:200]
+    assert "larger than" in envelope(raw)["message"]
+
+
 def test_a_huge_body_announced_with_100_continue_is_refused_before_it_is_sent(mock_url: str) -> None:
     # curl's way: it waits for `100 Continue` before a large body; the 413 comes instead, at once.
     head = (
@@ -95,6 +108,20 @@ MALFORMED = {
 }
 
 
+def test_a_head_over_the_limit_gets_a_431_in_openais_envelope(mock_url: str) -> None:
+    # 100 kB of headers, sent whole before the reply is read: the 431 still reaches the client.
+    head = b"GET /health HTTP/1.1\r\nhost: x\r\n" + b"x-big: " + b"a" * 100_000 + b"\r\n\r\n"
+    with socket.create_connection(address(mock_url), timeout=10) as s:
+        s.sendall(head)
+        raw = b""
+        while not raw.endswith(b"}}"):
+            chunk = s.recv(65536)
+            assert chunk, raw
+            raw += chunk
+    assert raw.startswith(b"HTTP/1.1 431"), raw[:200]
+    assert "headers are larger than" in envelope(raw)["message"]
+
+
 def read_reply(s: socket.socket) -> bytes:
     """Everything the server sends until it closes the connection (or 10 s pass)."""
     chunks = []
@@ -112,3 +139,24 @@ def test_malformed_http_gets_a_400_in_openais_envelope(mock_url: str, case: str)
     error = envelope(raw)
     assert error["type"] == "invalid_request_error"
     assert "HTTP" in error["message"]
+
+
+def test_an_http_1_0_client_gets_its_stream_unchunked_and_ended_by_the_close(mock_url: str) -> None:
+    # HTTP/1.0 has no chunked transfer coding: the events come as they are, until the close.
+    body = json.dumps(
+        {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": True}
+    ).encode()
+    head = (
+        "POST /v1/chat/completions HTTP/1.0\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    )
+    with socket.create_connection(address(mock_url), timeout=10) as s:
+        s.sendall(head.encode() + body)
+        raw = read_reply(s)
+    head_out, _, events = raw.partition(b"\r\n\r\n")
+    assert head_out.startswith(b"HTTP/1.1 200"), head_out
+    assert b"transfer-encoding" not in head_out.lower() and b"connection: close" in head_out.lower()
+    assert events.endswith(b"data: [DONE]\n\n"), events[-200:]
+    blocks = events.split(b"\n\n")[:-1]  # each event whole, with no chunk sizes between them
+    assert all(block.startswith(b"data: ") for block in blocks), events[:300]
+    assert len(blocks) == 5  # the role, three tokens, [DONE]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -22,8 +22,9 @@ from felab.mock_server.wire import ApiError
 
 T = TypeVar("T")
 DISCARD_BYTES = 64 * 1024 * 1024
-"""How much of a body over the limit is read and dropped so that its client gets the 413 (above
-this, or past the request deadline, the connection is closed as it stands)."""
+"""How much of a body over the limit is read and dropped after its 413 is sent, so that a client
+that sends it all before reading gets the 413 rather than a reset (above this, or past the
+request deadline, the connection is closed as it stands)."""
 ARRIVAL = "felab.arrival"
 """The key in a request's `scope["state"]` where the HTTP protocol notes its arrival (server's clock)."""
 HANG_UP = "felab.hang_up"
@@ -83,7 +84,11 @@ class Intake:
     then admit.
 
     Admission is one request at a time: each waits for the admission lock (`self.admitting`)
-    after its body is read, and the route releases it as soon as the request is booked. The
+    after its body is read, and the route releases it as soon as the request is booked; a
+    route that books nothing (GET /health, /metrics, an error) releases it when its reply
+    starts, before a byte of it is written. Writing waits for the client to read (uvicorn
+    stops at a full send buffer): a client that never reads its replies must hold only its
+    own connection, never the turn of every other client. The
     event loop reads new requests between two admissions (each admission waits for a pass of
     it), and the HTTP protocol notes each one's arrival as it reads its head (connections.py),
     so when many arrive at once none waits for the others to be parsed before its clock starts.
@@ -111,6 +116,13 @@ class Intake:
                 admitted = True
                 self.admitting.release()
 
+        def reply(message: dict) -> Awaitable[None]:
+            # (not a coroutine of its own: the server's send, awaited as it is, at no extra cost
+            # to each of a stream's pieces)
+            if message["type"] == "http.response.start":
+                admit()  # the reply is worked out: writing it is its client's business alone
+            return send(message)
+
         scope.setdefault("state", {})["intake"] = Admission(arrival, admit)  # Starlette's request.state
         try:
             # A pass of the event loop between two admissions, even when the turn was free:
@@ -118,27 +130,25 @@ class Intake:
             # after another in it, and a burst of 64 large prompts kept the loop from reading
             # arrivals and sending first tokens for 30 ms (measured: p99 30 ms, with it 6 ms).
             await asyncio.sleep(0)
-            await self.app(scope, _replay(body, receive), send)
+            await self.app(scope, _replay(body, receive), reply)
         finally:
-            admit()  # other routes, and errors: the next is admitted when the reply is done
+            admit()  # a route that raised before it replied: the next is admitted now
 
     async def _body(self, scope: dict, receive: Any, send: Any) -> bytes | None:
         """The whole body; None once the request is refused (413, 408) or its client left."""
         headers = dict(scope.get("headers") or [])
         declared = headers.get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.limit:
-            # A client that waits for `100 Continue` (curl) has not sent the body: refuse at once.
-            if headers.get(b"expect", b"").lower() != b"100-continue" and int(declared) <= DISCARD_BYTES:
-                await self._discard(receive)
-            await self._refuse(send, 413, self._too_large())
+            # A client that waits for `100 Continue` (curl) has not sent the body: nothing to drop.
+            sent = headers.get(b"expect", b"").lower() != b"100-continue" and int(declared) <= DISCARD_BYTES
+            await self._refuse(send, 413, self._too_large(), receive if sent else None)
             return None
         try:
             return await within(self.timeout_s, self._read(receive))
         except asyncio.TimeoutError:
             await self._refuse(send, 408, f"The request body did not arrive within {self.timeout_s:g} s.")
-        except _TooLarge:
-            await self._discard(receive)
-            await self._refuse(send, 413, self._too_large())
+        except _TooLarge:  # the moment the limit is crossed, also in a chunked body of no known length
+            await self._refuse(send, 413, self._too_large(), receive)
         return None
 
     async def _read(self, receive: Any) -> bytes | None:
@@ -176,11 +186,26 @@ class Intake:
     def _too_large(self) -> str:
         return f"Request body larger than {self.limit} bytes."
 
-    async def _refuse(self, send: Any, status: int, message: str) -> None:
+    async def _refuse(self, send: Any, status: int, message: str, rest: Any = None) -> None:
         """Answer before the body is read (or whole), and close the connection: what is left of
-        the body must not be read as the next request."""
+        the body must not be read as the next request.
+
+        With `rest` (the `receive` of a body still coming), the answer goes out whole at once,
+        then the rest of the body is read and dropped (`_discard`), and only then does the
+        connection close (uvicorn closes it when the reply's end is sent): the client has its
+        answer when it looks, whether it reads as it sends or only once it has sent it all.
+        """
         response = ApiError(status, message, headers={"connection": "close"}).response()
-        await response({"type": "http"}, _closed, send)
+        if rest is None:
+            await response({"type": "http"}, _closed, send)
+            return
+
+        async def all_but_the_end(message: MutableMapping[str, Any]) -> None:
+            await send({**message, "more_body": True} if message["type"] == "http.response.body" else message)
+
+        await response({"type": "http"}, _closed, all_but_the_end)  # every byte of it, written now
+        await self._discard(rest)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 class _TooLarge(Exception):
