@@ -211,7 +211,8 @@ class PracticeModel:
         engine aborts a request.
 
         Prompts booked after it on its replica found its blocks in the cache; the part of its
-        prefill that *live* ones count on is kept in the lane (done for them, before their turn),
+        prefill that *live* ones count on, of the blocks it computes itself (not those it found),
+        is kept in the lane (done for them, before their turn),
         so they are not served blocks nobody computed. That claim is theirs: when they hang up
         too, every hung-up prompt they relied on gives its kept time back (`_release`), so a
         chain of hung-up prompts, each extending the last, leaves nothing behind. Blocks that are
@@ -301,23 +302,25 @@ class PracticeModel:
 
     def _release(self, ghost: Booking, now: float) -> bool:
         """Cut a hung-up prompt's lane time to what it used by `now` and what live prompts booked
-        after it still need of its work; forget the blocks it will never compute. Moves no other
-        prefill (the caller reflows the lane once). True if it gave time back."""
+        after it still need of its own work: the blocks past those it found cached when booked
+        (another prompt computes those; a live prompt that needs only them needs nothing of it).
+        Forget the blocks it will never compute. Moves no other prefill (the caller reflows the
+        lane once). True if it gave time back."""
         replica, prefill = ghost.replica, ghost.prefill
         block = replica.cache.block_tokens
         before = ghost.cached_tokens  # tokens already in context when its prefill began
         uncached = ghost.prompt_tokens - before
         holds = (before + self.timing.computed_tokens(prefill.seconds, uncached, before)) // block
-        needed = 0
+        needed = 0  # of its own tokens: the blocks it found, another prompt computed (or keeps)
         for b in self.live.values():  # the live prompts booked after it on its replica
             if b.replica is replica and int(b.rid) > int(ghost.rid):
-                needed = max(needed, _shared(b, ghost))
-                if needed >= holds:
-                    return False  # a live prompt needs all it holds: nothing to give back
-        if needed * block - before > uncached - self.timing.untiled_rows(uncached):
+                needed = max(needed, _shared(b, ghost) * block - before)
+                if needed > 0 and needed >= holds * block - before:
+                    return False  # a live prompt needs all it computes: nothing to give back
+        if needed > uncached - self.timing.untiled_rows(uncached):
             return False  # a live prompt needs part of its last piece of few rows, which ends it
         booked_end = prefill.end  # when its blocks were last said to be used
-        keep_s = self.timing.read_s(max(0, needed * block - before), before)
+        keep_s = self.timing.read_s(max(0, needed), before)
         if not replica.lane.shorten(prefill, now, keep_s):
             return False
         kept = (before + self.timing.computed_tokens(prefill.seconds, uncached, before)) // block
