@@ -10,16 +10,19 @@ the lane plans), never by the wall clock; the real-time figure is `make bench`'s
 
 from __future__ import annotations
 
+import asyncio
 import random
 import subprocess
 import sys
+import time
 
 import pytest
 
-from felab.bench.hangups import TWIN
+from felab.bench.hangups import TWIN, first_token, open_stream
 from felab.mock_server.booking import Booking, PracticeModel, Prompt
 from felab.mock_server.cache import chained
 from felab.mock_server.config import Settings
+from felab.mock_server.launch import practice_server
 from felab.mock_server.timing import BatchLane
 from felab.paths import KIT_ROOT
 
@@ -126,6 +129,29 @@ def test_no_seat_holds_two_requests_at_once(seed: int) -> None:
             seat.sort()
             for (_, end), (start, _) in zip(seat, seat[1:], strict=False):
                 assert start >= end - 1e-9, (seed, i, seat)
+
+
+def test_a_live_server_serves_the_parked_requests_as_seats_free_up() -> None:
+    # One seat: the first client, booked for a 100 s reply, hangs up at once; the second takes
+    # the seat and the rest are parked (no planned time: they were booked for after the 100 s).
+    # Each must be woken when the reply before it ends and served then, in well under the 100 s
+    # (the model tells the server whose wait to wake: on_moved, at a reply's end too). At these
+    # rates all three take under a second; 30 s is only a bound far below the stale 100 s.
+    async def run(port: int) -> tuple[float, list[float]]:
+        first = await open_stream(0, port, reply_tokens=40_000)  # 100 s at 400 tokens/s
+        streams = [await open_stream(i, port, reply_tokens=20) for i in range(1, 4)]
+        gone = time.monotonic()
+        first[1].transport.abort()
+        got = await asyncio.wait_for(asyncio.gather(*(first_token(r) for r, _ in streams)), 90)
+        for _, writer in streams:
+            writer.close()
+        return gone, got
+
+    flags = ("--seats", "1", "--batch-tokens", "2048", "--prefill-tps", "100000")
+    with practice_server(*flags) as url:
+        gone, got = asyncio.run(run(int(url.rsplit(":", 1)[1].split("/")[0])))
+    assert got == sorted(got)  # one seat: first come, first served
+    assert got[-1] - gone < 30, got[-1] - gone
 
 
 def test_the_bench_phase_runs_at_a_tiny_size() -> None:

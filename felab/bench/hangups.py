@@ -90,12 +90,12 @@ def text(i: int) -> str:
     return (head + "the quick brown fox jumps over the lazy dog " * 200)[:PROMPT_CHARS]
 
 
-def chat(i: int, port: int) -> bytes:
+def chat(i: int, port: int, reply_tokens: int = REPLY_TOKENS) -> bytes:
     body = json.dumps(
         {
             "model": "felab-practice",
             "messages": [{"role": "user", "content": text(i)}],
-            "max_tokens": REPLY_TOKENS,
+            "max_tokens": reply_tokens,
             "stream": True,
         }
     ).encode()
@@ -106,10 +106,12 @@ def chat(i: int, port: int) -> bytes:
     return head.encode() + body
 
 
-async def open_stream(i: int, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def open_stream(
+    i: int, port: int, reply_tokens: int = REPLY_TOKENS
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Send request i and read its response head (it is booked then)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(chat(i, port))
+    writer.write(chat(i, port, reply_tokens))
     await writer.drain()
     head = await reader.readuntil(b"\r\n\r\n")
     if not head.startswith(b"HTTP/1.1 200"):
