@@ -1,0 +1,1 @@
+"""`make bench`: the benchmark phases, each runnable alone (`python -m felab.bench.NAME`)."""
