@@ -9,8 +9,10 @@ import errno
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,8 +26,9 @@ from felab.calibrate.profile import Profile, to_toml, write
 from felab.calibrate.save import out_problem
 from felab.cli import cli
 from felab.mock_server.config import DAY_S, DEFAULTS, Settings, term_bounds
-from felab.mock_server.launch import free_port
+from felab.mock_server.launch import free_port, practice_server, wait_until_serving
 from felab.mock_server.profile import END_LINE, SCHEMA, ProfileError, read_settings
+from felab.mock_server.serve import port_is_free
 from felab.mock_server.waits import OnTime, clock
 
 LABS = KIT / "03-labs"
@@ -382,3 +385,119 @@ def test_a_full_disk_loses_nothing_and_leaves_no_part_file(
     assert refused.value.text == to_toml(profile)  # what calibrate prints: the whole profile
     assert out.read_text() == before  # the old profile untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.toml"]  # no .part left
+
+
+# ── No orphans: SIGTERM and SIGHUP stop the throw-away practice server (31.9, 29.7) ──
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """Every live process below `pid` (from /proc), with its command line."""
+    parents: dict[int, int] = {}
+    lines: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            lines[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] != "Z":  # a zombie has ended: only its parent has not read its status yet
+            parents[int(entry.name)] = int(fields[1])
+    found, todo = {}, [pid]
+    while todo:
+        parent = todo.pop()
+        for child, ppid in parents.items():
+            if ppid == parent and child not in found:
+                found[child] = lines[child]
+                todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def the_server_below(command: subprocess.Popen, within_s: float = 60) -> int:
+    """The PID of the practice server `command` started (`-m felab.mock_server`, below it)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        servers = [p for p, line in descendants(command.pid).items() if "felab.mock_server" in line]
+        if servers:
+            return servers[0]
+        assert command.poll() is None, command.communicate()
+        time.sleep(0.05)
+    raise AssertionError(f"no practice server under {command.args}")
+
+
+def stop_and_check(cmd: list[str], sig: signal.Signals, cwd: Path = KIT) -> None:
+    """Start `cmd`, wait for its practice server, send `sig` to the command alone: both end."""
+    command = subprocess.Popen(
+        cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    server = None
+    try:
+        server = the_server_below(command)
+        time.sleep(0.3)  # let it get under way (the lesson script running, or the server starting)
+        command.send_signal(sig)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (alive(server) or command.poll() is None):
+            time.sleep(0.05)
+        assert not alive(server), f"the practice server {server} outlived {sig.name} to {cmd}"
+        assert command.poll() is not None
+        assert "Traceback" not in command.communicate()[1]
+    finally:
+        for pid in (server, command.pid):
+            if pid and alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        command.wait(timeout=10)
+
+
+needs_proc = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+
+
+@needs_proc
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize("what", ["demo", "smoke"])
+def test_felab_demo_and_smoke_leave_no_server_behind(sig: signal.Signals, what: str) -> None:
+    stop_and_check([sys.executable, "-m", "felab", what], sig)
+
+
+@needs_proc
+def test_make_demo_leaves_no_server_behind(tmp_path: Path) -> None:
+    stamp = tmp_path / "installed.stamp"
+    stamp.touch()
+    stop_and_check(["make", "-s", "demo", f"PY={sys.executable}", f"STAMP={stamp}"], signal.SIGTERM)
+
+
+@needs_proc
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_calibrate_check_leaves_no_twin_behind(tmp_path: Path, sig: signal.Signals) -> None:
+    profile = tmp_path / "twin.toml"
+    profile.write_text(a_written_profile())
+    with practice_server() as target:  # the "real" server it checks against
+        cmd = [sys.executable, "-m", "felab", "calibrate", "--check", str(profile), "--target", "mock"]
+        stop_and_check([*cmd, "--base-url", target], sig)
+
+
+@needs_proc
+def test_the_practice_server_stops_cleanly_on_sighup() -> None:
+    port = free_port()
+    cmd = [sys.executable, "-m", "felab.mock_server", "--port", str(port)]
+    server = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        wait_until_serving(f"http://127.0.0.1:{port}/v1", server)
+        server.send_signal(signal.SIGHUP)
+        out, err = server.communicate(timeout=20)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert server.returncode == 0, err  # a graceful stop: SIGHUP's default would be -1
+    assert "Traceback" not in err and port_is_free("127.0.0.1", port)
