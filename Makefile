@@ -71,9 +71,14 @@ calibrate: $(call EXTRA,plot) ## measure a server, write a profile for the pract
 numbers: $(call EXTRA,plot) ## your numbers: the latest cold run per lesson, target and order (and a TTFT picture)
 	@$(PY) -m felab numbers
 
+# N and NAME reach Python as arguments, through the environment and exactly as typed ($(value):
+# make expands nothing in them), never as shell text: a NAME holding quotes, `...` or $(...) is
+# refused by felab's check, not run.
+new-lesson: export FELAB_NEW_N := $(value N)
+new-lesson: export FELAB_NEW_NAME := $(value NAME)
 new-lesson: $(STAMP) ## create lessons/N-NAME/ that already runs: make new-lesson N=07 NAME=batching
-	@test -n "$(N)" -a -n "$(NAME)" || { echo "usage: make new-lesson N=07 NAME=batching"; exit 2; }
-	@$(PY) -m felab new-lesson "$(N)" "$(NAME)"
+	@test -n "$$FELAB_NEW_N" -a -n "$$FELAB_NEW_NAME" || { echo "usage: make new-lesson N=07 NAME=batching"; exit 2; }
+	@$(PY) -m felab new-lesson -- "$$FELAB_NEW_N" "$$FELAB_NEW_NAME"
 
 bundle: $(call EXTRA,course) ## the lesson pages as an offline site in build/bundle/, your numbers filled from results/
 	@$(PY) -m felab bundle build

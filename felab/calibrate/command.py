@@ -27,6 +27,7 @@ from felab.calibrate import evidence
 from felab.calibrate import profile as prof
 from felab.calibrate.plan import make_plan, measure
 from felab.calibrate.probes import BIGGEST, DECODE_MAX_TOKENS, Prober, ServerFacts, delivery_ms, server_facts
+from felab.calibrate.save import ProfileNotWritten, check_out
 from felab.connect import client, resolve, served_model
 from felab.errors import FelabError
 from felab.mock_server.launch import practice_server
@@ -108,7 +109,11 @@ def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) ->
             f"buffers replies). Calibrate again on a quiet machine, with nothing else using the server."
         )
     verify(profile)
-    path = prof.write(profile, out or prof.default_path(target))
+    try:
+        path = prof.write(profile, out or prof.default_path(target))
+    except ProfileNotWritten as exc:  # a full disk: the profile on the terminal, then the message
+        say(exc.text)
+        raise
     say(f"\nmeasured in {seconds:.0f} s with {prober.used} requests. The fitted profile:\n")
     say(tabulate(prof.rows(profile.settings), headers="keys", disable_numparse=True))
     f, found = profile.fit, profile.measured
@@ -389,6 +394,7 @@ def calibrate_command(
       make mock PROFILE=results/profiles/llamacpp-....toml
     """
     settings = profile_settings(check_path) if check_path is not None else None  # before any request
+    check_out(out)  # --out: a new file or a profile, never .env or a device
     target = connect(target_name, base_url, model)
     if check_path is not None and settings is not None:
         check(target, check_path, settings, max_requests, yes, picture)

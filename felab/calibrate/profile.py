@@ -27,9 +27,10 @@ from typing import Any
 from felab.calibrate import evidence, fit
 from felab.calibrate.plan import Measurements, Plan
 from felab.calibrate.probes import FOLLOW_UP_MAX_TOKENS, Sample
+from felab.calibrate.save import write_whole
 from felab.mock_server.booking import PracticeModel, Prompt
 from felab.mock_server.config import DEFAULTS
-from felab.mock_server.profile import SCHEMA
+from felab.mock_server.profile import END_LINE, SCHEMA
 from felab.paths import results_dir
 from felab.targets import Target
 
@@ -441,6 +442,7 @@ def to_toml(p: Profile, header: str = "") -> str:
     for name, table_ in (("fit", p.fit), ("measured", p.measured)):
         if table_:
             lines += ["", f"[{name}]", *(f"{_key(k)} = {toml_value(v)}" for k, v in table_.items())]
+    lines += ["", END_LINE]  # last: how a reader tells a whole profile from one cut short
     return "\n".join(lines) + "\n"
 
 
@@ -451,12 +453,8 @@ def default_path(target: Target) -> Path:
 
 
 def write(p: Profile, path: Path) -> Path:
-    """Write the profile whole (a temporary file renamed over it: never half a profile)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".part")
-    tmp.write_text(to_toml(p), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    """Write the profile whole or not at all (save.py: a temporary file, synced, renamed over it)."""
+    return write_whole(path, to_toml(p))
 
 
 def rows(settings: dict[str, Any]) -> list[dict[str, Any]]:

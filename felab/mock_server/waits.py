@@ -155,8 +155,8 @@ class OnTime:
                     if math.isinf(wait) and not self.changed.wait(IDLE_S):
                         self.thread = None  # nothing to wait for: end (started again when needed)
                         return
-                    if not math.isinf(wait):
-                        self.changed.wait(wait)
+                    if not math.isinf(wait):  # a far deadline in steps: a wait of years overflows
+                        self.changed.wait(min(wait, IDLE_S))  # the lock's timeout, and kills the thread
                 self.alarm = math.inf
             try:
                 self.loop.call_soon_threadsafe(self._look)
