@@ -13,7 +13,7 @@ export FELAB_CALLER_DIR ?= $(PWD)
 .DEFAULT_GOAL := help
 .PHONY: help setup demo mock check smoke bench test lint numbers new-lesson fw-check bundle bundle-serve \
 	engines llama-server tiny-model test-engines replay test-load cluster calibrate \
-	fleet fleet-stop fleet-stats test-routers
+	fleet fleet-stop fleet-stats fleet-check test-routers
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -82,6 +82,9 @@ fleet-stop: $(STAMP) ## stop the running fleet: only the processes it started, b
 
 fleet-stats: $(STAMP) ## where the fleet's router sent the requests: per worker, requests, prefix-cache hit rate, load
 	@$(PY) -m felab fleet stats
+
+fleet-check: $(call EXTRA,routers) ## the kit's modelled route against sglang-router on one workload: which worker, hit rate, load (~2 min; ARGS="--json")
+	@$(PY) -m felab fleet check --router "$(or $(ROUTER),sglang)" $(ARGS)
 
 test-routers: $(call EXTRA,dev) ## the real routers (sglang-router, vllm-router) in front of practice servers (installs them, or skips saying why)
 	$(PY) -m pytest -m routers tests/test_fleet_routers.py

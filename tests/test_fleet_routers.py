@@ -142,3 +142,16 @@ def test_make_fleet_runs_lesson_06_without_naming_a_model_and_stops_every_proces
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_the_modelled_route_agrees_with_sglang_router_on_lesson_shaped_work() -> None:
+    """The issue's target: the same worker for at least 95% of requests and hit rates within 2
+    points (the lesson workload's prompts take far longer than the 50 ms between a wave's
+    requests, so the router's decisions do not hang on timing; docs/fleet.md)."""
+    from felab.fleet.check import check
+
+    rows = check("sglang", 3, ["lesson"], 24, print)
+    total = rows[-1]
+    assert total["agreement_pct"] >= 95, rows
+    assert abs(total["hit_pct_real"] - total["hit_pct_model"]) <= 2, rows
+    assert total["load_real"] == total["load_model"], rows

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
 from felab.fleet import processes, stats, up
@@ -45,3 +47,31 @@ def stop_command() -> None:
 def stats_command() -> None:
     """Per worker of the running fleet: requests, prefix-cache hit rate, load."""
     click.echo(stats.report(stats.scrape_fleet()))
+
+
+@fleet_command.command("check")
+@click.option(
+    "--router", default="sglang", show_default=True, help="the real router to check the model against"
+)
+@click.option("-n", "--workers", "n", type=int, default=3, show_default=True, help="practice servers (1-32)")
+@click.option(
+    "--workload",
+    "workloads",
+    multiple=True,
+    default=("lesson", "trace"),
+    show_default=True,
+    help="lesson (sessions and a shared prompt) or trace (the kit's Mooncake slice); repeat for both",
+)
+@click.option("--limit", default=24, show_default=True, help="requests of the trace")
+@click.option("--json", "as_json", is_flag=True, help="the rows as JSON, for a program")
+def check_command(router: str, n: int, workloads: tuple[str, ...], limit: int, as_json: bool) -> None:
+    """One workload through the real router and through --route sglang-cache-aware: the worker
+    chosen per request, hit rate per worker, load max/mean."""
+    from felab.fleet import check  # the model and the openai client: only when checking
+
+    say = (lambda _: None) if as_json else click.echo
+    rows = check.check(router, n, workloads, limit, say)
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+    else:
+        click.echo(check.report(rows))
