@@ -309,15 +309,24 @@ def check(
 
 
 def report(rows: list[dict]) -> str:
-    """The rows as tables, one per workload, with what to expect beneath."""
+    """Per workload: the comparison in one row, then each worker beside its replica."""
     from felab.tables import table
 
     out = []
     for name in dict.fromkeys(r["workload"] for r in rows):
-        mine = [{k: v for k, v in r.items() if k != "workload"} for r in rows if r["workload"] == name]
-        out += [f"workload {name}:", table(mine), ""]
+        workers = [
+            {"worker": r["worker"], **{k: v for k, v in r.items() if k not in ("workload", "worker")}}
+            for r in rows
+            if r["workload"] == name and r["worker"] != "all"
+        ]
+        total = [
+            {k: v for k, v in r.items() if k not in ("workload", "worker")}
+            for r in rows
+            if r["workload"] == name and r["worker"] == "all"
+        ]
+        out += [f"workload {name}:", table(total), "", table(workers), ""]
     out.append(
-        "agreement_pct: requests sent to the same worker (each replica matched to the worker it agrees with "
-        "most: the router's tie-break is its own worker order). docs/fleet.md says what to expect."
+        "agreement_pct: requests sent to the same worker, each replica matched to the worker it agrees "
+        "with most (the router breaks ties by its own worker order). docs/fleet.md says what to expect."
     )
     return "\n".join(out)

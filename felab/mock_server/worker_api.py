@@ -127,6 +127,19 @@ def worker_routes(
         cleared = state().model.reset_caches()
         return PlainTextResponse(f"Cache flushed. {cleared} blocks cleared.\n")
 
+    return [
+        *(Route(path, info, methods=["GET"]) for path in ("/server_info", "/get_server_info")),
+        *(Route(path, model, methods=["GET"]) for path in ("/model_info", "/get_model_info")),
+        Route("/get_load", get_load, methods=["GET"]),
+        Route("/health_generate", health_generate, methods=["GET"]),
+        Route("/flush_cache", flush_cache, methods=["POST"]),
+        *render_routes(settings),
+    ]
+
+
+def render_routes(settings: Settings) -> list[Route]:
+    """vLLM's render: a prompt's token ids, what vllm-router asks a worker before it routes."""
+
     async def render(request: Request, kind: type[ChatRequest | CompletionRequest]) -> Response:
         raw = await request.body()
         try:  # a router renders before it knows the model: the one served here
@@ -145,11 +158,6 @@ def worker_routes(
         return await render(request, CompletionRequest)
 
     return [
-        *(Route(path, info, methods=["GET"]) for path in ("/server_info", "/get_server_info")),
-        *(Route(path, model, methods=["GET"]) for path in ("/model_info", "/get_model_info")),
-        Route("/get_load", get_load, methods=["GET"]),
-        Route("/health_generate", health_generate, methods=["GET"]),
-        Route("/flush_cache", flush_cache, methods=["POST"]),
         Route("/v1/chat/completions/render", render_chat, methods=["POST"]),
         Route("/v1/completions/render", render_completion, methods=["POST"]),
     ]
