@@ -147,3 +147,36 @@ def test_stats_reads_each_replica_of_the_kit_fleet(isolated: Path) -> None:
     finally:
         os.kill(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+def test_check_with_a_router_the_kit_does_not_model_is_one_message() -> None:
+    text = one_message(run_fleet("check", "--router", "vllm"))
+    assert "no modelled route for --router vllm" in text and "--router sglang" in text
+
+
+def test_check_with_an_unknown_workload_is_one_message() -> None:
+    assert "--workload is lesson or trace" in one_message(run_fleet("check", "--workload", "chat"))
+
+
+def test_the_routers_extra_failing_to_install_says_what_to_do_offline(tmp_path: Path) -> None:
+    """The Makefile's rule for the extra, with a Python whose pip fails as it does offline."""
+    venv, stamp = tmp_path / "venv", tmp_path / "stamp"
+    venv.mkdir()
+    stamp.touch()
+    offline = tmp_path / "python"
+    offline.write_text(
+        "#!/bin/sh\necho 'ERROR: No matching distribution found for sglang-router' >&2\nexit 1\n"
+    )
+    offline.chmod(0o755)
+    done = subprocess.run(
+        ["make", "-s", f"VENV={venv}", f"PY={offline}", f"STAMP={stamp}", f"{venv}/.installed-routers"],
+        cwd=KIT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "could not install the routers extra (sglang-router, vllm-router) from PyPI" in done.stderr
+    assert "pip download sglang-router vllm-router -d wheels" in done.stderr
+    assert "make fleet ROUTER=none" in done.stderr
+    assert not (venv / ".installed-routers").exists()
