@@ -73,10 +73,16 @@ def test_the_router_names_the_model_and_no_worker_logs_an_invalid_request(
 ) -> None:
     urls, logs = workers
     router = ROUTERS[name]
-    port = free_range(2)
-    cmd = router.command(port, port + 1, urls, "cache_aware")
-    with (tmp_path / "router.log").open("w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    for _ in range(3):  # a free port can be taken by another process before the router binds it
+        port = free_range(2)
+        cmd = router.command(port, port + 1, urls, "cache_aware")
+        with (tmp_path / "router.log").open("w") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            proc.wait(timeout=1.0)  # it exits at once only when it cannot start
+        except subprocess.TimeoutExpired:
+            break
+        assert "Address already in use" in (tmp_path / "router.log").read_text(), "the router exited"
     try:
         root = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
