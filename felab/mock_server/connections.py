@@ -17,19 +17,19 @@ timer and handler close the connection. Four more things happen here: each reque
 arrival is noted as soon as its head is parsed (intake.py reads it), a reply is told at
 once when its client hangs up (`intake.HANG_UP`), a response's head goes out in one write
 with its first body bytes when they follow at once (`HeadWithBody`), and malformed HTTP is
-answered in OpenAI's envelope. A connection that opens with HTTP/2's preface (a router
-probing for gRPC) is told, in HTTP/2, to use HTTP/1.1 (`refuse_http2`), and closed quietly.
+answered in OpenAI's envelope.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol
+from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from felab.mock_server.config import Settings
+from felab.mock_server.h2_probe import RefusesHttp2
 from felab.mock_server.intake import ARRIVAL, HANG_UP, HangUp
 from felab.mock_server.waits import clock
 from felab.mock_server.wire import ApiError
@@ -70,35 +70,6 @@ class HeadWithBody:
         return getattr(self.transport, name)
 
 
-H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-"""What an HTTP/2 client sends first on a connection with prior knowledge (RFC 9113, 3.4): gRPC
-does, and sglang-router probes each worker for gRPC (twice: as SGLang's, then vLLM's) while it
-checks /health. No HTTP/1.1 request starts with `PRI `: uvicorn's parser rejects it and logs
-"Invalid HTTP request received." for each probe."""
-
-H2_REFUSAL = (
-    b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # SETTINGS, empty: a server's preface (RFC 9113, 3.4)
-    b"\x00\x00\x08\x07\x00\x00\x00\x00\x00"  # GOAWAY, 8 bytes, on the connection (stream 0):
-    b"\x00\x00\x00\x00\x00\x00\x00\x0d"  # no stream processed; HTTP_1_1_REQUIRED (0xd, 7)
-)
-"""The answer to that preface: this server speaks HTTP/1.1 only, said in HTTP/2's own frames, so
-the probe fails at once and cleanly, and the router keeps to HTTP."""
-
-
-class Writable(Protocol):
-    def write(self, data: bytes) -> None: ...
-    def close(self) -> None: ...
-
-
-def refuse_http2(data: bytes, transport: Writable) -> bool:
-    """If a connection's first bytes are HTTP/2's preface, answer `H2_REFUSAL` and close it."""
-    if not data.startswith(H2_PREFACE[:14]):  # "PRI * HTTP/2.0": the rest may come in later
-        return False
-    transport.write(H2_REFUSAL)
-    transport.close()
-    return True
-
-
 class TimelyHttp(HttpToolsProtocol):
     """uvicorn's HTTP protocol, with a deadline for a new connection's first byte and for each head."""
 
@@ -109,18 +80,10 @@ class TimelyHttp(HttpToolsProtocol):
         super().connection_made(transport)  # uvicorn's flow control keeps the transport itself
         self.transport = HeadWithBody(transport, self.loop)  # type: ignore[assignment]
         self.head_timer: asyncio.TimerHandle | None = None
-        self.spoke = False  # no byte yet: the first ones may be HTTP/2's preface
         # Idle from the start: uvicorn arms this only after a first reply. Any byte cancels it.
         self.timeout_keep_alive_task = self.loop.call_later(
             self.timeout_keep_alive, self.timeout_keep_alive_handler
         )
-
-    def data_received(self, data: bytes) -> None:
-        if not self.spoke:
-            self.spoke = True  # only a connection's first bytes can be a preface
-            if refuse_http2(data, self.transport):
-                return
-        super().data_received(data)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -168,7 +131,7 @@ class TimelyHttp(HttpToolsProtocol):
 def timely_http(head_timeout_s: float) -> type[TimelyHttp]:
     """The protocol class for uvicorn's `http=` setting, with this head deadline."""
     attrs: dict[str, Any] = {"head_timeout_s": head_timeout_s}
-    return type("TimelyHttp", (TimelyHttp,), attrs)
+    return type("TimelyHttp", (RefusesHttp2, TimelyHttp), attrs)  # a router's HTTP/2 probe: h2_probe.py
 
 
 def uvicorn_config(app: Any, host: str, port: int, settings: Settings) -> uvicorn.Config:
