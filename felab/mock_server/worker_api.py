@@ -27,7 +27,7 @@ by `served_model_name` and, finding no path, loads no tokenizer (a path would se
 Hugging Face for one, off this machine). Each replica of `--replicas` is a rank of `/get_load`.
 
 One more call is not HTTP/1.1 at all: sglang-router probes every worker for gRPC (HTTP/2 with
-prior knowledge) while it checks /health; connections.py answers that probe (`refuse_http2`).
+prior knowledge) while it checks /health; h2_probe.py answers that probe.
 """
 
 from __future__ import annotations
