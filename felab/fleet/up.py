@@ -214,7 +214,15 @@ def start_fleet(p: Plan, timeout_s: float = 30.0) -> Fleet:
 
 
 def stop_fleet(fleet: Fleet) -> None:
-    """Stop every process the fleet started (router first, so it sends nothing more), by PID."""
+    """Stop every process the fleet started, by PID: the router first, so it sends nothing more,
+    then the workers all told at once (each takes about a second to shut down), then each
+    waited for (launch.stop: SIGKILL to one still there after its grace)."""
+    if fleet.popens and fleet.processes[0].role == "router":
+        launch.stop(fleet.popens[0])
+    for proc in fleet.popens:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)  # its own session: the worker and what it started
     for proc in fleet.popens:
         launch.stop(proc)
 
