@@ -20,6 +20,7 @@ from fleet_helpers import all_gone, fleet, free_range, pids, wait_up
 
 from felab.fleet.routers import ROUTERS
 from felab.mock_server.launch import stop, wait_until_serving
+from felab.mock_server.profile import tomllib
 from felab.paths import KIT_ROOT
 
 pytestmark = pytest.mark.routers
@@ -32,7 +33,8 @@ def routers_installed() -> None:
     """The routers extra, installed now if it is missing; a skip that says why if it cannot be."""
     if all(r.path().exists() for r in ROUTERS.values()):
         return
-    packages = [r.package for r in ROUTERS.values()]
+    with (KIT_ROOT / "pyproject.toml").open("rb") as f:
+        packages = tomllib.load(f)["project"]["optional-dependencies"]["routers"]  # as pinned there
     done = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", *packages],
         capture_output=True,
