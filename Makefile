@@ -12,7 +12,8 @@ export FELAB_CALLER_DIR ?= $(PWD)
 
 .DEFAULT_GOAL := help
 .PHONY: help setup demo mock check smoke bench test lint numbers new-lesson fw-check bundle bundle-serve \
-	engines llama-server tiny-model test-engines replay test-load cluster calibrate
+	engines llama-server tiny-model test-engines replay test-load cluster calibrate \
+	fleet fleet-stop fleet-stats fleet-check test-routers
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -67,6 +68,27 @@ cluster: $(call EXTRA,cluster) ## install Dask for sweeps on several machines: r
 
 calibrate: $(call EXTRA,plot) ## measure a server, write a profile for the practice server: make calibrate TARGET=llamacpp ARGS="--check f"
 	@$(PY) -m felab calibrate --target $(or $(TARGET),llamacpp) $(ARGS)
+
+# The routers extra is one binary per router from PyPI: say what to do when it cannot be had.
+$(VENV)/.installed-routers: $(STAMP)
+	@echo "installing the kit's routers extra into $(VENV) (once) ..."
+	@$(PY) -m pip install --quiet -e '.[routers]' || { echo "error: could not install the routers extra (sglang-router, vllm-router) from PyPI; pip's reason is above. Without network here: on a machine with network run 'pip download sglang-router vllm-router -d wheels', copy wheels/ into the kit folder, then '$(PY) -m pip install wheels/*.whl' and 'touch $@'. Or 'make fleet ROUTER=none', the kit's own fleet, which needs nothing more." >&2; exit 1; }
+	@touch $@
+
+fleet: $(if $(filter none,$(ROUTER)),$(STAMP),$(call EXTRA,routers)) ## practice servers behind a real router: make fleet N=4 ROUTER=sglang|vllm|none [POLICY=cache_aware PROFILE=f PORT=8780] (Ctrl+C stops all)
+	@$(PY) -m felab fleet -n "$(or $(N),4)" --router "$(or $(ROUTER),sglang)" $(if $(POLICY),--policy "$(POLICY)") $(if $(PORT),--port "$(PORT)") $(if $(PROFILE),--profile "$(if $(filter /%,$(PROFILE)),$(PROFILE),$(FELAB_CALLER_DIR)/$(PROFILE))")
+
+fleet-stop: $(STAMP) ## stop the running fleet: only the processes it started, by PID
+	@$(PY) -m felab fleet stop
+
+fleet-stats: $(STAMP) ## where the fleet's router sent the requests: per worker, requests, prefix-cache hit rate, load
+	@$(PY) -m felab fleet stats
+
+fleet-check: $(call EXTRA,routers) ## the kit's modelled route against sglang-router on one workload: which worker, hit rate, load (~2 min; ARGS="--json")
+	@$(PY) -m felab fleet check --router "$(or $(ROUTER),sglang)" $(ARGS)
+
+test-routers: $(call EXTRA,dev) ## the real routers (sglang-router, vllm-router) in front of practice servers (installs them, or skips saying why)
+	$(PY) -m pytest -m routers tests/test_fleet_routers.py
 
 numbers: $(call EXTRA,plot) ## your numbers: the latest cold run per lesson, target and order (and a TTFT picture)
 	@$(PY) -m felab numbers

@@ -11,6 +11,7 @@
     felab agent-trace  a trace of lesson 06's agent, for `felab replay`
     felab tiny-model   the offline tiny model for the real engines (felab/engines/)
     felab calibrate    measure a server and write a profile the practice server can run (felab/calibrate/)
+    felab fleet        practice servers, each a process, behind a real router (felab/fleet/)
 
 `make help` lists the Make targets that call these (tests/test_docs_match_code.py keeps this
 list whole). A FelabError ends any of them with its one paragraph and exit status 2; Ctrl+C
@@ -370,3 +371,7 @@ cli.add_command(agent_trace_command)
 from felab.calibrate.command import calibrate_command  # noqa: E402
 
 cli.add_command(calibrate_command)
+
+from felab.fleet.command import fleet_command  # noqa: E402
+
+cli.add_command(fleet_command)

@@ -52,7 +52,11 @@ def test_the_server_command_line_for_some_settings_starts_those_settings() -> No
     [
         ({"prefill_tps": 0.0}, "--prefill-tps must be above 0, not 0"),
         ({"replicas": 10_000_000}, "--replicas must be at most 256, not 10000000"),
-        ({"route": "nearest"}, "--route must be one of random, round-robin, affinity, prefix, not 'nearest'"),
+        (
+            {"route": "nearest"},
+            "--route must be one of random, round-robin, affinity, prefix, sglang-cache-aware, "
+            + "not 'nearest'",
+        ),
         ({"fail_types": ("429", "418")}, "--fail-types must be some of 429, 503, 500, cut, not 429,418"),
         ({"overhead_ms": float("nan")}, "--overhead-ms must be a finite number, not nan"),
         ({"cache_blocks": 2.5}, "--cache-blocks must be a whole number, not 2.5"),

@@ -57,6 +57,7 @@ from felab.mock_server.wire import (
     parse,
     refuse,
 )
+from felab.mock_server.worker_api import worker_routes
 
 
 @dataclass
@@ -368,6 +369,7 @@ def routes(
         *(Route(path, endpoint, methods=["POST"]) for path, endpoint in endpoints.items()),
         Route("/admin/reset", reset, methods=["POST"]),
         *info_routes(settings, state),
+        *worker_routes(settings, state, same_origin_only),  # what routers ask of a worker
     ]
 
 

@@ -206,7 +206,8 @@ class Settings:
     route: str = setting(
         "affinity",
         "how a request picks a replica: random, round-robin, affinity (by x-session-affinity, user "
-        "or a trace's session_id; else random), prefix (cache-aware)",
+        "or a trace's session_id; else random), prefix (cache-aware), sglang-cache-aware (SGLang's "
+        "router's rule)",
         choices=ROUTES, column="route",
     )  # fmt: skip
     route_prefill_weight: float = setting(
