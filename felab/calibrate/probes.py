@@ -19,11 +19,9 @@ progress lines. The probes, in the order calibrate runs them:
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -34,6 +32,7 @@ import openai
 from felab.calibrate import prompts
 from felab.context_fit import read_overflow
 from felab.errors import FelabError
+from felab.guarded import get_json  # within the kit's limits: an endless /props stops with a message
 from felab.mock_server.config import HEALTH_NAME
 from felab.streaming import CallResult, stream_once
 from felab.targets import Target
@@ -85,15 +84,6 @@ class ServerFacts:
     seats: int | None = None
     seat_context: int | None = None
     """Tokens per seat (llama.cpp's n_ctx), or the model's context (vLLM's max_model_len)."""
-
-
-def get_json(url: str, timeout: float = 3.0) -> Any:
-    """GET url as JSON; None if it does not answer with JSON."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as reply:
-            return json.loads(reply.read())
-    except (OSError, ValueError):
-        return None
 
 
 def _int(value: Any) -> int | None:
