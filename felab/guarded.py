@@ -36,7 +36,7 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -108,9 +108,24 @@ class Limits:
         return cls(seconds_from_env(DEADLINE_ENV, timeout_s), seconds_from_env(IDLE_ENV, IDLE_S))
 
 
-def _declared(response: httpx.Response) -> int:
+def declared(response: httpx.Response) -> int:
+    """The size a reply declares (Content-Length), 0 if it declares none."""
     length = response.headers.get("content-length", "")
     return int(length) if length.isdigit() else 0
+
+
+def compressed(response: httpx.Response) -> str:
+    """The reply's Content-Encoding if it is compressed, else ""."""
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    return "" if encoding in ("", "identity") else encoding[:20]
+
+
+def cut_to(request: httpx.Request, left_s: float) -> None:
+    """Cut each of httpx's waits for this request (connect, read, write, pool) to `left_s`."""
+    asked = request.extensions.get("timeout") or {}
+    request.extensions["timeout"] = {
+        k: min(asked.get(k) or left_s, left_s) for k in ("connect", "read", "write", "pool")
+    }
 
 
 def _is_stream(response: httpx.Response) -> bool:
@@ -127,11 +142,7 @@ class GuardedTransport(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         read = Read(self.limits, self.who, request)
-        asked = request.extensions.get("timeout") or {}
-        left = read.left_s()
-        request.extensions["timeout"] = {
-            k: min(asked.get(k) or left, left) for k in ("connect", "read", "write", "pool")
-        }
+        cut_to(request, read.left_s())
         try:
             response = self.inner.handle_request(request)
         except httpx.TimeoutException:
@@ -184,15 +195,14 @@ class Read:
         self.cap = self.limits.stream_bytes if self.stream else self.limits.reply_bytes
         self.last_event = time.monotonic()
         stop = None
-        encoding = response.headers.get("content-encoding", "identity").strip().lower()
-        if encoding not in ("", "identity"):
+        if encoding := compressed(response):
             stop = self.stop(
-                f"sent its reply to {self.asked} compressed ({encoding[:20]}) although the kit asked "
+                f"sent its reply to {self.asked} compressed ({encoding}) although the kit asked "
                 f"for it uncompressed, so the kit did not read it (what it unpacks to is not known "
                 f"until it is unpacked)",
                 _address_advice(),
             )
-        elif _declared(response) > self.cap:
+        elif declared(response) > self.cap:
             stop = self.too_large()
         if stop is not None:
             response.close()
@@ -242,10 +252,20 @@ def _slow_advice(env: str, seconds: float) -> str:
     )
 
 
-class Capped(httpx.SyncByteStream):
-    """A reply's body, stopped at the first limit it passes."""
+class Watch(Protocol):
+    """What watches a reply's body: this module's `Read`, or fw-check's (one deadline for the check)."""
 
-    def __init__(self, inner: httpx.SyncByteStream, read: Read) -> None:
+    def arrived(self, chunk: bytes) -> None:
+        """Count a piece of the body; raise once a limit is passed."""
+
+    def left_s(self, slack_s: float = 0.0) -> float:
+        """Seconds left; raise once there are none (or no more than `slack_s`)."""
+
+
+class Capped(httpx.SyncByteStream):
+    """A reply's body, stopped at the first limit its watch says it passed."""
+
+    def __init__(self, inner: httpx.SyncByteStream, read: Watch) -> None:
         self.inner, self.read = inner, read
 
     def __iter__(self) -> Iterator[bytes]:
@@ -261,12 +281,19 @@ class Capped(httpx.SyncByteStream):
         self.inner.close()
 
 
+POOL = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+"""The `openai` client's own connection pool (its DEFAULT_CONNECTION_LIMITS): a replay's many
+requests at once must not queue for a connection, which would add to their measured times."""
+
+
 def guarded_client(who: str, timeout_s: float) -> httpx.Client:
-    """An httpx client reading within the kit's limits (for the `openai` client, and raw GETs)."""
+    """An httpx client reading within the kit's limits (for the `openai` client, and raw GETs).
+    Otherwise as the `openai` client builds its own: redirects followed, the same pool."""
     return httpx.Client(
-        transport=GuardedTransport(Limits.for_timeout(timeout_s), who),
+        transport=GuardedTransport(Limits.for_timeout(timeout_s), who, httpx.HTTPTransport(limits=POOL)),
         timeout=timeout_s,
         headers={"Accept-Encoding": "identity"},
+        follow_redirects=True,
     )
 
 

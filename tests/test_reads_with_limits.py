@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import KIT, PREFIX_BENCH
+from fake_fireworks import fireworks_env
 from fake_llamacpp import fake_llamacpp
 
 from felab.connect import client
@@ -126,6 +127,29 @@ def test_calibrate_stops_at_a_trickled_stream() -> None:
         out, seconds = run(args, KIT, FELAB_READ_IDLE_S="1")
     said = one_message(out)
     assert f"The llamacpp server at {url} sent no whole event (no token) for 1 s" in said
+    assert seconds < 15
+
+
+def test_calibrate_check_stops_at_a_trickled_stream() -> None:
+    # --check times the real server and its twin (a practice server) by turns: the real one's
+    # trickle stops it, with no twin left running.
+    profile = KIT / "data" / "profiles" / "practice-defaults.toml"
+    with fake_llamacpp("trickle") as url:
+        args = ["-m", "felab", "calibrate", "--check", str(profile), "--target", "llamacpp"]
+        out, seconds = run([*args, "--base-url", url, "--yes"], KIT, FELAB_READ_IDLE_S="1")
+    said = one_message(out)
+    assert f"The llamacpp server at {url} sent no whole event (no token) for 1 s" in said
+    assert seconds < 20
+
+
+def test_fw_checks_stop_names_the_server_it_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    # fw-check's guard is this one's pieces with one deadline for the whole check; its stop
+    # names the address it read (FIREWORKS_BASE_URL may point anywhere), as every other does.
+    with fireworks_env(monkeypatch) as fake:
+        fake.huge_bytes, fake.huge_declared = 20 * 1024 * 1024, False
+        out, seconds = run(["-m", "felab", "fw-check"], KIT)
+    said = one_message(out)
+    assert f"the reply from {fake.url} to GET /v1/accounts/" in said and "was larger than 8 MB" in said
     assert seconds < 15
 
 
