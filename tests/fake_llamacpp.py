@@ -16,6 +16,9 @@ And as a broken server (or something posing as one) does, for the kit's limits (
 - `mode="trickle"`: a chat stream whose headers and first event come at once, then one byte a
   second of the next event, which never ends;
 - `mode="endless-stream"`: a chat stream of well-formed tokens, one every 20 ms, without end.
+
+Modes combine with `+`: `"too-small+endless-props"` refuses a long prompt, then sends a
+`/props` without end to the kit that reads it for the restart that fits.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ class Seats:
 
 
 def _handler(mode: str, seats: Seats = Seats()) -> type[BaseHTTPRequestHandler]:
+    modes = set(mode.split("+"))
+
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:  # keep test output clean
             pass
@@ -74,7 +79,7 @@ def _handler(mode: str, seats: Seats = Seats()) -> type[BaseHTTPRequestHandler]:
                 pass
 
         def do_GET(self) -> None:
-            if (mode, self.path) in (("endless-props", "/props"), ("endless-models", "/v1/models")):
+            if {"/props": "endless-props", "/v1/models": "endless-models"}.get(self.path) in modes:
                 self._endless("application/json", b'{"data": [{"id": "', b"x" * 65536, 0)
             elif self.path == "/v1/models":
                 self._json(200, {"object": "list", "data": [{"id": MODEL_PATH, "object": "model"}]})
@@ -98,7 +103,7 @@ def _handler(mode: str, seats: Seats = Seats()) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             n_prompt = int(sum(len(m["content"]) for m in body["messages"]) / seats.chars_per_token)
-            if mode == "too-small" and n_prompt > seats.n_ctx:
+            if "too-small" in modes and n_prompt > seats.n_ctx:
                 self._json(
                     400,
                     {
@@ -113,16 +118,16 @@ def _handler(mode: str, seats: Seats = Seats()) -> type[BaseHTTPRequestHandler]:
                     },
                 )
                 return
-            if mode == "trickle":
+            if "trickle" in modes:
                 first = sse({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
                 return self._endless("text/event-stream", first, b"d", 1.0)
-            if mode == "endless-stream":
+            if "endless-stream" in modes:
                 token = sse({"choices": [{"index": 0, "delta": {"content": "la"}}]})
                 return self._endless("text/event-stream", b"", token, 0.02)
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
-            if mode == "reasoning":
+            if "reasoning" in modes:
                 think = {"choices": [{"index": 0, "delta": {"reasoning_content": "Let me think."}}]}
                 think.update({"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 0})
                 self.wfile.write(f"data: {json.dumps(think)}\n\n".encode())

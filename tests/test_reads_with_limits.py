@@ -156,7 +156,17 @@ def test_fw_checks_stop_names_the_server_it_read(monkeypatch: pytest.MonkeyPatch
 # ── the engines' own routes, and limits that do not trip on a slow honest server ─
 
 
-def test_the_context_fit_reads_of_props_are_capped() -> None:
+def test_context_fit_stops_at_a_props_page_without_end() -> None:
+    # The prompt is over the seat's context; explain() asks the llama.cpp family for the restart
+    # that fits, which reads GET /props for the seats: that page never ends.
+    with fake_llamacpp("too-small+endless-props") as url:
+        out, seconds = run(lesson(url), PREFIX_BENCH.parent)
+    said = one_message(out)
+    assert f"The server at {url.removesuffix('/v1')} sent more than 8 MiB for GET /props" in said
+    assert seconds < 15
+
+
+def test_the_engines_own_routes_are_read_within_the_limits() -> None:
     with fake_llamacpp("endless-props") as url, pytest.raises(ReplyStopped, match="8 MiB for GET /props"):
         get_json(f"{url.removesuffix('/v1')}/props")
 
