@@ -319,8 +319,15 @@ def get_json(url: str, timeout_s: float = 3.0) -> Any:
 
 
 def get_text(url: str, timeout_s: float = 10.0) -> str:
-    """GET url as text, within the limits. Failures are httpx's errors, or a ReplyStopped."""
+    """GET url as text, within the limits (a page a lesson reads, such as /metrics)."""
     with guarded_client(f"the server at {origin(url)}", timeout_s) as http:
-        reply = http.get(url)
-        reply.raise_for_status()
+        try:
+            reply = http.get(url)
+            reply.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise FelabError(
+                f"Could not read {url} ({type(exc).__name__}: {str(exc)[:200]}). The server stopped "
+                f"answering, or does not serve that page: `{from_here('make check')}` shows whether "
+                f"it is up; run again once it is."
+            ) from exc
         return reply.text

@@ -25,7 +25,7 @@ from fake_llamacpp import fake_llamacpp
 from felab.connect import client
 from felab.engine_families.family import get_json
 from felab.errors import FelabError
-from felab.guarded import IDLE_ENV, Limits, ReplyStopped
+from felab.guarded import IDLE_ENV, Limits, ReplyStopped, get_text
 from felab.streaming import stream_once
 from felab.targets import Target
 
@@ -179,6 +179,12 @@ def test_a_quiet_wait_between_whole_events_is_not_a_stall(monkeypatch: pytest.Mo
         api = client(Target("llamacpp", url, "m", "none", False))
         r = stream_once(api, "m", [{"role": "user", "content": "hi"}], max_tokens=4)
     assert r.output_tokens == 2 and r.total_ms >= 500 > r.ttft_ms
+
+
+def test_a_page_that_does_not_come_is_one_message() -> None:
+    said = r"Could not read http://.*/metrics \(HTTPStatusError"
+    with fake_llamacpp("reasoning") as url, pytest.raises(FelabError, match=said):  # no /metrics: 404
+        get_text(f"{url.removesuffix('/v1')}/metrics")
 
 
 @pytest.mark.parametrize("value", ["soon", "-1", "0", "nan", "1e9"])
