@@ -14,7 +14,8 @@ token, not at the usage frame or `[DONE]`.
 
 The client reads within the kit's limits (felab/guarded.py: a deadline for the whole reply,
 an idle gap between events, a size cap): a server that trickles or never ends its stream
-stops the call with one message naming it. The limits add no time to what is measured.
+stops the call with one message naming it. Watching costs microseconds (about 16 us before a
+request's first byte and 2 us a chunk, measured with timeit), nothing a TTFT in milliseconds shows.
 """
 
 from __future__ import annotations
