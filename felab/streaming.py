@@ -158,8 +158,8 @@ def stream_once(
             usage = chunk.usage or usage
             timings = getattr(chunk, "timings", None) or timings
     except openai.OpenAIError as exc:
-        if (stopped := stopped_by(exc)) is not None:  # a limit of the kit's (felab/guarded.py)
-            raise stopped from exc
+        if (stopped := stopped_by(exc)) is not None:  # a limit of the kit's (felab/guarded.py), the
+            raise stopped from None  # first cause: not a connection error a caller may pass over
         if stream is not None and isinstance(exc, openai.APIConnectionError):  # cut off mid-way
             # (an error event inside the stream, as TGI sends one, is the server's answer: explained)
             raise cut_off(exc, _target(api), chunks) from exc
