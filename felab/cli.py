@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any, cast
 
 import click
 import openai
@@ -43,6 +44,7 @@ from felab.errors import (
     silence_stdout,
     what_was_recorded,
 )
+from felab.guarded import ReplyStopped, guarded_client, stopped_by
 from felab.mock_server.launch import practice_server
 from felab.paths import KIT_ROOT, from_here, load_env
 from felab.results import iter_records, results_path
@@ -134,7 +136,11 @@ def check() -> None:
             rows.append({"target": name, "url": url, "status": "address without http://", "model": model})
             notes.append(f"note: {exc.message}")
             continue
-        status, model_shown = probe(name, url, model)
+        try:
+            status, model_shown = probe(name, url, model)
+        except ReplyStopped as exc:  # a limit of the kit's: one row, and the message under the table
+            status, model_shown = "up, but its answer was not readable (see below)", model or "?"
+            notes.append(f"note: {exc.message}")
         rows.append({"target": name, "url": url, "status": status, "model": model_shown})
     click.echo(table(rows))
     for note in notes:
@@ -142,13 +148,17 @@ def check() -> None:
 
 
 def probe(name: str, url: str, model: str | None) -> tuple[str, str]:
-    """Whether the server at `url` is up, and the model a script would ask it for."""
-    api = openai.OpenAI(base_url=url, api_key="not-needed", max_retries=0, timeout=2.0)
+    """Whether the server at `url` is up, and the model a script would ask it for. Its answer is
+    read within the kit's limits (felab/guarded.py): one that passes them is a ReplyStopped."""
+    http = cast(Any, guarded_client(f"the {name} server at {url}", 2.0))  # as connect.client()'s
+    api = openai.OpenAI(base_url=url, api_key="not-needed", max_retries=0, timeout=2.0, http_client=http)
     try:
         ids = [m.id for m in api.models.list()]
     except openai.APIStatusError as exc:  # answering, but /v1/models is not what we expect
         return f"up (HTTP {exc.status_code} on /v1/models)", model or "?"
-    except openai.OpenAIError:
+    except openai.OpenAIError as exc:
+        if (stopped := stopped_by(exc)) is not None:
+            raise stopped from exc
         return f"down (start: {start_command(name, url)})", model or "asked from the server"
     if model is None:
         return "up", ", ".join(ids[:3]) or "no model"

@@ -20,11 +20,9 @@ progress lines. The probes, in the order calibrate runs them:
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -35,6 +33,7 @@ import openai
 from felab.calibrate import figures, prompts
 from felab.context_fit import read_overflow
 from felab.errors import FelabError
+from felab.guarded import get_json  # within the kit's limits: an endless /props stops with a message
 from felab.mock_server.config import HEALTH_NAME
 from felab.paths import from_here
 from felab.streaming import CallResult, no_text, stream_once
@@ -93,15 +92,6 @@ class ServerFacts:
     seats: int | None = None
     seat_context: int | None = None
     """Tokens per seat (llama.cpp's n_ctx), or the model's context (vLLM's max_model_len)."""
-
-
-def get_json(url: str, timeout: float = 3.0) -> Any:
-    """GET url as JSON; None if it does not answer with JSON."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as reply:
-            return json.loads(reply.read())
-    except (OSError, ValueError):
-        return None
 
 
 def _int(value: Any) -> int | None:
