@@ -99,7 +99,9 @@ def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) ->
     seconds = prober.elapsed_s()
     load = evidence.load_average()
     say("  and the practice server's own delivery time here (a throw-away one, not the target)")
-    profile = prof.build(m, target, plan, seconds, prober.used, delivery_ms(), load, prober.empty)
+    profile = prof.build(
+        m, target, plan, seconds, prober.used, delivery_ms(), load, prober.empty + prober.ended_at_once
+    )
     refused = evidence.refusals(m, profile.settings)
     if refused:
         raise FelabError(
@@ -133,6 +135,11 @@ def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) ->
     say(together_line(plan.streams, st["batch_tokens"], found, st.get("batch_slowdown", 0.0)))
     for line in found["terms_left_out"]:
         say(f"{line}.")
+    if prober.ended_at_once:
+        say(
+            f"{prober.ended_at_once} prefill probes got a reply with no text (the model ended it at "
+            f"once): each was timed by the end of its reply, which came when a first token would have."
+        )
     if prober.empty:
         say(
             f"{prober.empty} replies carried no text (nothing to time): each was sent again with new "
@@ -280,6 +287,11 @@ def check(
     speed = card.speed_note(ratio, moved)
     if speed:
         say(f"note: {speed}")
+    if real_prober.ended_at_once:
+        say(
+            f"{real_prober.ended_at_once} replies of the real server carried no text and were timed by "
+            f"their end (the model ended them at once: that end came when a first token would have)."
+        )
     if real_prober.empty:
         say(
             f"{real_prober.empty} replies of the real server carried no text (nothing to time): each "

@@ -220,7 +220,7 @@ def build(
     """The profile of what was measured: the fit, the settings it gives, the evidence.
     `delivery_ms`: what the practice server itself adds on this machine (probes.delivery_ms),
     taken out of the overhead, since the twin adds it back. `load`: the machine's load average
-    while it measured; `empty`: replies that carried no text (each sent again). Both go into
+    while it measured; `empty`: replies that carried no text (timed by their end, or sent again). Both go into
     the evidence (`[fit] warnings`: evidence.py)."""
     pieces = untiled(m)
     points = prefill_points(m, pieces)
