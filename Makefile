@@ -49,9 +49,7 @@ smoke: $(STAMP) ## every lesson script against a fresh practice server, in quick
 	@$(PY) -m felab smoke
 
 bench: $(STAMP) ## how faithful the practice server is: TTFT vs predicted and vs the floor, CPU, memory; replay speed, balance, --jobs, hostile input; calibrate and check against llama.cpp where built (~4 min)
-	@$(PY) -m felab.mock_server.fidelity
-	@$(PY) -m felab.replay.bench
-	@$(PY) -m felab.calibrate.bench
+	@$(PY) -m felab.bench
 
 fw-check: $(call EXTRA,fireworks) ## anything on Fireworks still billing, and the command that stops it (fails closed)
 	@$(PY) -m felab fw-check
