@@ -84,7 +84,7 @@ llama-server: ## build llama.cpp's llama-server from source into .tools/bin (no 
 	@bash scripts/build_llama_server.sh
 
 tiny-model: $(call EXTRA,engines) ## write the offline tiny model (random weights, gibberish) to .tools/tiny-model
-	@$(PY) -m felab.engines.tiny_model
+	@$(PY) -m felab.tiny_model
 
 test-engines: $(call EXTRA,engines) $(call EXTRA,dev) ## real llama.cpp and MLX with the tiny model (each skips, saying why, if missing)
 	$(PY) -m pytest -m engines tests/engines

@@ -9,7 +9,7 @@
     felab new-lesson   a new lesson folder that already runs
     felab replay       a production trace through the practice server's model (felab/replay/)
     felab agent-trace  a trace of lesson 06's agent, for `felab replay`
-    felab tiny-model   the offline tiny model for the real engines (felab/engines/)
+    felab tiny-model   the offline tiny model for the real engines (felab/tiny_model/)
     felab calibrate    measure a server and write a profile the practice server can run (felab/calibrate/)
 
 `make help` lists the Make targets that call these (tests/test_docs_match_code.py keeps this
@@ -52,7 +52,7 @@ PREFIX_BENCH = LESSONS_DIR / "06-prefix-caching" / "prefix_bench.py"
 
 
 RECORDS_HERE = {"replay"}
-"""Commands that record rows in this process (results.RECORDED knows them): Ctrl+C says which."""
+"""Commands that record rows in this process (this_run.RECORDED knows them): Ctrl+C says which."""
 
 
 class FelabGroup(click.Group):
@@ -358,7 +358,7 @@ def new_lesson(number: str, name: str) -> None:
 
 
 # Commands that live beside what they make.
-from felab.engines.tiny_model import tiny_model_command  # noqa: E402  (light: numpy and friends load on use)
+from felab.tiny_model.build import tiny_model_command  # noqa: E402  (light: numpy and friends load on use)
 
 cli.add_command(tiny_model_command)
 

@@ -256,9 +256,9 @@ def test_ctrl_c_before_anything_is_recorded_says_so(fresh_mock: str, isolated: P
 
 
 def test_a_stopped_run_names_what_it_recorded(isolated: Path, capsys, monkeypatch) -> None:
-    from felab import errors, results
+    from felab import errors, this_run
 
-    monkeypatch.setattr(results, "RECORDED", [])
+    monkeypatch.setattr(this_run, "RECORDED", [])
 
     def main() -> None:
         record("06-prefix", {"target": "mock", "model": "m"})

@@ -43,7 +43,7 @@ def messages_of(node: ast.expr, helpers: dict[str, ast.FunctionDef]) -> list[str
 def raised_messages() -> list[tuple[str, str]]:
     found = []
     felab = KIT_ROOT / "felab"
-    for path in sorted(felab.rglob("*.py")):  # every package: mock_server/, course/, fireworks/, engines/ too
+    for path in sorted(felab.rglob("*.py")):  # every package, tiny_model/ too
         tree = ast.parse(path.read_text(encoding="utf-8"))
         helpers = {f.name: f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)}
         for node in ast.walk(tree):
@@ -60,7 +60,7 @@ def test_every_raised_message_is_on_the_troubleshooting_page() -> None:
     messages = raised_messages()
     assert len(messages) > 40  # the scan sees the kit's messages at all
     packages = {where.split("/")[1] for where, _ in messages}
-    assert {"mock_server", "course", "fireworks", "engines", "replay"} <= packages, packages
+    assert {"mock_server", "course", "fireworks", "tiny_model", "replay"} <= packages, packages
     missing = [f"{where}: {text!r}" for where, text in messages if " ".join(text.split()) not in page]
     assert not missing, "add these to docs/troubleshooting.md:\n" + "\n".join(missing)
 

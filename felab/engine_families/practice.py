@@ -6,11 +6,10 @@ is its own flag, and its prefix cache can be emptied without a restart (`POST /a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from felab.engine_families.family import (
     Engine,
     Overflow,
+    Target,
     as_int,
     fits,
     get_json,
@@ -19,9 +18,6 @@ from felab.engine_families.family import (
     root_of,
 )
 from felab.paths import from_here
-
-if TYPE_CHECKING:
-    from felab.targets import Target
 
 SERVER = ".venv/bin/python -m felab.mock_server"
 """The server run by the kit's Python, from the kit root (`make mock` runs it on its usual port)."""
