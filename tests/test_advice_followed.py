@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import KIT
+from conftest import KIT, make_command
 
 from felab import cli as felab_cli
 from felab import results, this_run
@@ -94,10 +94,9 @@ def test_ctrl_c_before_any_row_says_nothing_was_recorded(monkeypatch: pytest.Mon
 def test_make_mock_takes_a_port() -> None:
     """`make mock PORT=9123`, in the kit and in 03-labs/: the practice server on that port."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    env["PWD"] = str(KIT / "03-labs")
+    argv, env = make_command(KIT / "03-labs", "mock", f"PORT={port}")  # PY=, VENV=: nothing built here
     server = subprocess.Popen(
-        ["make", "mock", f"PORT={port}"],
+        argv,
         cwd=KIT / "03-labs",
         env=env,
         stdout=subprocess.PIPE,
