@@ -89,8 +89,8 @@ tiny-model: $(call EXTRA,engines) ## write the offline tiny model (random weight
 test-engines: $(call EXTRA,engines) $(call EXTRA,dev) ## real llama.cpp and MLX with the tiny model (each skips, saying why, if missing)
 	$(PY) -m pytest -m engines tests/engines
 
-test-load: $(call EXTRA,dev) ## load and slow clients on 127.0.0.1: hung-up prompts, trickled requests (~1 min)
-	$(PY) -m pytest -m load tests/test_load.py
+test-load: $(call EXTRA,dev) ## load and slow clients on 127.0.0.1: hung-up prompts, trickled requests; a real Dask cluster (~1 min)
+	$(PY) -m pytest -m load tests
 
 lint: $(call EXTRA,dev) ## ruff (lint and format) over the kit, and mypy over felab/
 	$(PY) -m ruff check felab lessons tests

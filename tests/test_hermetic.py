@@ -141,3 +141,24 @@ def test_every_test_that_runs_make_runs_it_through_make_command() -> None:
     }
     assert not found, f"run make through conftest.make_command / run_make: {found}"
     assert make_literals(KIT / "tests" / "conftest.py")  # the scan sees a make command at all
+
+
+def test_make_test_starts_no_cluster() -> None:
+    # A test that starts a Dask LocalCluster is marked `load` (make test-load), which make test leaves out.
+    unmarked = []
+    for path in sorted((KIT / "tests").rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                marks = {ast.unparse(d) for d in node.decorator_list}
+                calls = {
+                    getattr(c.func, "attr", getattr(c.func, "id", ""))
+                    for c in ast.walk(node)
+                    if isinstance(c, ast.Call)
+                }
+                if "LocalCluster" in calls and "pytest.mark.load" not in marks:
+                    unmarked.append(f"{path.name}::{node.name}")
+    assert not unmarked, f"mark these @pytest.mark.load: {unmarked}"
+    pyproject = (KIT / "pyproject.toml").read_text(encoding="utf-8")
+    assert "-m 'not engines and not load'" in pyproject  # make test's pytest leaves them out
+    makefile = (KIT / "Makefile").read_text(encoding="utf-8")
+    assert "-m pytest -m load tests\n" in makefile  # make test-load runs every load test, wherever it is
