@@ -12,7 +12,7 @@ export FELAB_CALLER_DIR ?= $(PWD)
 
 .DEFAULT_GOAL := help
 .PHONY: help setup demo mock check smoke bench test lint numbers new-lesson fw-check bundle bundle-serve \
-	engines llama-server tiny-model test-engines replay test-load cluster calibrate
+	engines llama-server tiny-model test-engines replay test-load cluster calibrate docs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -91,6 +91,9 @@ test-engines: $(call EXTRA,engines) $(call EXTRA,dev) ## real llama.cpp and MLX 
 
 test-load: $(call EXTRA,dev) ## load and slow clients on 127.0.0.1: hung-up prompts, trickled requests; a real Dask cluster (~1 min)
 	$(PY) -m pytest -m load tests
+
+docs: $(STAMP) ## rewrite the docs' tables that restate code (flags, targets, .env.example) from it; a no-op when up to date
+	@$(PY) -m felab.docs_gen
 
 lint: $(call EXTRA,dev) ## ruff (lint and format) over the kit, and mypy over felab/
 	$(PY) -m ruff check felab lessons tests
