@@ -10,7 +10,8 @@ is rewritten; the prose around it stays the writer's:
 (`# generated: NAME` / `# end generated: NAME` in `.env.example`.) Each block is a function of
 the code: the practice server's flags from `Settings` (one description per setting, its
 `setting()` declaration), the targets table and `.env.example`'s addresses from the engine
-registry. `python -m felab.docs_gen --check` changes nothing and exits 1 naming each block
+registry, the troubleshooting page's index from the messages the code can print.
+`python -m felab.docs_gen --check` changes nothing and exits 1 naming each block
 that is out of date; `tests/test_docs_gen.py` runs that check, so a stale table fails the tests.
 
     python -m felab.docs_gen            # or: make docs (rewrites the blocks; a no-op when up to date)
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from felab.engine_families import ENGINES
+from felab.message_scan import raised_messages
 from felab.mock_server.config import DEFAULTS, SERVER, Settings, flag, spell, unit_of
 from felab.paths import KIT_ROOT
 
@@ -74,6 +76,34 @@ def env_addresses() -> str:
     return "\n".join(lines)
 
 
+def slug(heading: str) -> str:
+    """A heading's anchor as MkDocs writes it (Python-Markdown's toc: words, `-` between)."""
+    text = re.sub(r"[^\w\s-]", "", heading.replace("`", "")).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def troubleshooting_index(root: Path = KIT_ROOT) -> str:
+    """The troubleshooting page's index: each section, and the files whose messages it holds (from
+    the scan of every message the code can print, felab/message_scan.py). A message the page lacks
+    is not indexed here: tests/test_troubleshooting.py fails on it."""
+    page = (root / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
+    titles = re.findall(r"^## (.+)$", page, re.M)
+    flat = " ".join(page.split())
+    starts = [(flat.find(f"## {title}"), title) for title in titles]
+    files: dict[str, set[str]] = {title: set() for title in titles}
+    for where, text in raised_messages(root / "felab"):
+        at = flat.find(" ".join(text.split()), flat.find("## "))
+        before = [title for start, title in starts if 0 <= start <= at]
+        if at >= 0 and before:
+            files[before[-1]].add(where.split(":")[0])
+    rows = ["| section | messages raised in |", "|---|---|"]
+    for title in titles:
+        shown = re.sub(r"\[([^]]*)\]\([^)]*\)", r"\1", title)  # a link inside a heading: its text
+        named = ", ".join(f"`{f}`" for f in sorted(files[title])) or "none of felab's own"
+        rows.append(f"| [{cell(shown)}](#{slug(shown)}) | {named} |")
+    return "\n".join(rows)
+
+
 @dataclass(frozen=True)
 class Block:
     """One generated block: the file (from the kit root), its name, the comment style, the writer."""
@@ -93,6 +123,7 @@ BLOCKS = (
     Block("docs/practice-server.md", "practice-server-flags", practice_server_flags),
     Block("README.md", "targets", targets_table),
     Block(".env.example", "target-addresses", env_addresses, comment="hash"),
+    Block("docs/troubleshooting.md", "index", troubleshooting_index),
 )
 
 
