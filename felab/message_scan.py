@@ -32,7 +32,7 @@ def fixed_text(node: ast.expr) -> str:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         pieces = [node.value]
     elif isinstance(node, ast.JoinedStr):
-        pieces = [v.value for v in node.values if isinstance(v, ast.Constant)]
+        pieces = [v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str)]
     else:
         return ""
     first = next((p for p in pieces if len(p.strip()) >= 12), "")
