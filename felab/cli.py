@@ -43,7 +43,7 @@ from felab.errors import (
     what_was_recorded,
 )
 from felab.mock_server.launch import practice_server
-from felab.paths import KIT_ROOT, from_here, load_env
+from felab.paths import KIT_ROOT, from_here, load_env, make_target
 from felab.results import iter_records, results_path
 from felab.tables import table
 from felab.targets import TARGETS, configured_model, default_url, key_status, start_command
@@ -277,6 +277,9 @@ def bundle_build() -> None:
 
     site = b.build()
     click.echo(f"built the course pages: {site / 'index.html'}")
+    if make_target() == "bundle-serve":  # this build is its first step: the serving comes next
+        click.echo("serving them next, at the address below (typed numbers are kept per address).")
+        return
     click.echo(
         f"open them with `{from_here('make bundle-serve')}` (typed numbers are kept per address, "
         f"so use that one)."

@@ -76,12 +76,6 @@ def env_addresses() -> str:
     return "\n".join(lines)
 
 
-def slug(heading: str) -> str:
-    """A heading's anchor as MkDocs writes it (Python-Markdown's toc: words, `-` between)."""
-    text = re.sub(r"[^\w\s-]", "", heading.replace("`", "")).strip().lower()
-    return re.sub(r"[-\s]+", "-", text)
-
-
 def troubleshooting_index(root: Path = KIT_ROOT) -> str:
     """The troubleshooting page's index: each section, and the files whose messages it holds (from
     the scan of every message the code can print, felab/message_scan.py). A message the page lacks
@@ -100,7 +94,7 @@ def troubleshooting_index(root: Path = KIT_ROOT) -> str:
     for title in titles:
         shown = re.sub(r"\[([^]]*)\]\([^)]*\)", r"\1", title)  # a link inside a heading: its text
         named = ", ".join(f"`{f}`" for f in sorted(files[title])) or "none of felab's own"
-        rows.append(f"| [{cell(shown)}](#{slug(shown)}) | {named} |")
+        rows.append(f"| {cell(shown)} | {named} |")  # no link: the bundle rewrites some headings' anchors
     return "\n".join(rows)
 
 

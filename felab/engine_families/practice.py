@@ -54,9 +54,12 @@ def _seats(target: Target) -> int | None:
 
 
 def forget_cache(target: Target) -> str:
+    """Empty the cache of the server at the target's address, or restart that one: on another port
+    than 8765 its restart names that port (`make mock` would start one on 8765 instead)."""
+    restart = ENGINE.start_at(target.base_url) or ENGINE.start
     return (
         f"empty its cache with `curl -X POST {root_of(target)}/admin/reset` (or restart it: Ctrl+C in its "
-        f"terminal, then `{from_here('make mock')}`)"
+        f"terminal, then `{from_here(restart or 'make mock')}`)"
     )
 
 
