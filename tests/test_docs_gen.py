@@ -98,3 +98,15 @@ def test_the_troubleshooting_index_puts_each_file_under_the_section_of_its_messa
     index = docs_gen.troubleshooting_index()
     replay = next(line for line in index.splitlines() if line.startswith("| Replaying a trace"))
     assert "`felab/replay/command.py`" in replay and "replay.md" in replay and "](" not in replay
+
+
+def test_the_fleet_pages_route_table_has_every_route_and_the_default() -> None:
+    # A table kept by hand (its text is prose about each route), checked complete against the code.
+    from felab.mock_server.config import DEFAULTS
+    from felab.mock_server.fleet import ROUTES
+
+    page = (KIT_ROOT / "docs" / "fleet.md").read_text(encoding="utf-8")
+    page = page.split("| `--route` | a request goes to |", 1)[1].split("\n\n", 1)[0]  # that table
+    shown = re.findall(r"^\| `([a-z][\w-]*)`( \(default\))? \|", page, re.M)
+    assert [name for name, _ in shown] == list(ROUTES)
+    assert [name for name, default in shown if default] == [DEFAULTS.route]
