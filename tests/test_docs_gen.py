@@ -30,6 +30,7 @@ def copy_of_the_kit(tmp_path: Path) -> Path:
 
 
 def test_a_stale_block_is_named_and_make_docs_rewrites_only_it(copy_of_the_kit: Path) -> None:
+    docs_gen.update(copy_of_the_kit)  # every block fresh first: only the one changed below is stale
     readme = copy_of_the_kit / "README.md"
     before = readme.read_text(encoding="utf-8")
     readme.write_text(before.replace("| `mock` | `http://127.0.0.1:8765/v1`", "| `mock` | `http://x:1/v1`"))

@@ -17,7 +17,8 @@ and warm caches never land in another's figures. Read it in this order:
     __main__.py   the runner: `PHASES` below, in order
 
 A phase is one line of `PHASES`: its module here, the flags for `make bench`, and the flags
-that run it at a tiny size (what `tests/test_bench.py` runs for every phase).
+that run it at a tiny size (each phase has a test that runs it so, through the runner:
+`tests/test_bench.py` checks that every phase has one).
 """
 
 from __future__ import annotations
