@@ -12,7 +12,7 @@ export FELAB_CALLER_DIR ?= $(PWD)
 
 .DEFAULT_GOAL := help
 .PHONY: help setup demo mock check smoke bench test lint numbers new-lesson fw-check bundle bundle-serve \
-	engines llama-server tiny-model test-engines replay test-load cluster calibrate \
+	engines llama-server tiny-model test-engines replay test-load cluster calibrate docs \
 	fleet fleet-stop fleet-stats fleet-check test-routers
 
 help: ## list the targets
@@ -26,13 +26,14 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	@test -e .env || cp .env.example .env
 	@$(PYTHON) -c 'import sys; (3, 10) <= sys.version_info[:2] <= (3, 13) or sys.exit("error: felab needs Python 3.10 to 3.13; $(PYTHON) is " + sys.version.split()[0] + ". Name another one, for example: make PYTHON=python3.12 setup")'
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -e .
+	@echo "installing the kit into $(VENV) (once; about 35 s on a fast network, longer on a slow one) ..."
+	@start=$$(date +%s); $(PYTHON) -m venv $(VENV) && $(PY) -m pip install --quiet -e . \
+	  && echo "installed in $$(( $$(date +%s) - start )) s"
 	@touch $@
 
 $(VENV)/.installed-%: $(STAMP)
 	@echo "installing the kit's $* extra into $(VENV) (once) ..."
-	@$(PY) -m pip install --quiet -e '.[$*]'
+	@start=$$(date +%s); $(PY) -m pip install --quiet -e '.[$*]' && echo "installed in $$(( $$(date +%s) - start )) s"
 	@touch $@
 
 setup: $(STAMP) | .env ## create .venv and install the kit, and .env from .env.example (the other targets do this for you)
@@ -50,13 +51,15 @@ smoke: $(STAMP) ## every lesson script against a fresh practice server, in quick
 	@$(PY) -m felab smoke
 
 bench: $(STAMP) ## how faithful the practice server is: TTFT vs predicted and vs the floor, CPU, memory; replay speed, balance, --jobs, hostile input; calibrate and check against llama.cpp where built (~4 min)
-	@$(PY) -m felab.mock_server.fidelity
-	@$(PY) -m felab.replay.bench
-	@$(PY) -m felab.bench.hangups
-	@$(PY) -m felab.calibrate.bench
+	@$(PY) -m felab.bench
 
 fw-check: $(call EXTRA,fireworks) ## anything on Fireworks still billing, and the command that stops it (fails closed)
 	@$(PY) -m felab fw-check
+
+# Targets whose messages differ when typed through make (felab/paths.py, make_target): flags go in
+# ARGS; bundle-serve builds first, and the build then says the pages are served next, not how to.
+replay: export FELAB_MAKE_TARGET = replay
+bundle-serve: export FELAB_MAKE_TARGET = bundle-serve
 
 replay: $(call EXTRA,plot) $(if $(findstring --scheduler,$(ARGS)),$(call EXTRA,cluster)) ## a production trace through the practice server's model: make replay TRACE=f ARGS="--replicas 1,8"
 	@$(PY) -m felab replay $(TRACE) $(ARGS)
@@ -114,13 +117,16 @@ llama-server: ## build llama.cpp's llama-server from source into .tools/bin (no 
 	@bash scripts/build_llama_server.sh
 
 tiny-model: $(call EXTRA,engines) ## write the offline tiny model (random weights, gibberish) to .tools/tiny-model
-	@$(PY) -m felab.engines.tiny_model
+	@$(PY) -m felab.tiny_model
 
 test-engines: $(call EXTRA,engines) $(call EXTRA,dev) ## real llama.cpp and MLX with the tiny model (each skips, saying why, if missing)
 	$(PY) -m pytest -m engines tests/engines
 
-test-load: $(call EXTRA,dev) ## load and slow clients on 127.0.0.1: hung-up prompts, trickled requests (~1 min)
-	$(PY) -m pytest -m load tests/test_load.py
+test-load: $(call EXTRA,dev) ## load and slow clients on 127.0.0.1: hung-up prompts, trickled requests; a real Dask cluster (~1 min)
+	$(PY) -m pytest -m load tests
+
+docs: $(STAMP) ## rewrite the docs' tables that restate code (flags, targets, .env.example) from it; a no-op when up to date
+	@$(PY) -m felab.docs_gen
 
 lint: $(call EXTRA,dev) ## ruff (lint and format) over the kit, and mypy over felab/
 	$(PY) -m ruff check felab lessons tests

@@ -9,7 +9,7 @@
     felab new-lesson   a new lesson folder that already runs
     felab replay       a production trace through the practice server's model (felab/replay/)
     felab agent-trace  a trace of lesson 06's agent, for `felab replay`
-    felab tiny-model   the offline tiny model for the real engines (felab/engines/)
+    felab tiny-model   the offline tiny model for the real engines (felab/tiny_model/)
     felab calibrate    measure a server and write a profile the practice server can run (felab/calibrate/)
     felab fleet        practice servers, each a process, behind a real router (felab/fleet/)
 
@@ -46,7 +46,7 @@ from felab.errors import (
 )
 from felab.guarded import ReplyStopped, guarded_client, stopped_by
 from felab.mock_server.launch import practice_server
-from felab.paths import KIT_ROOT, from_here, load_env
+from felab.paths import KIT_ROOT, from_here, load_env, make_target
 from felab.results import iter_records, results_path
 from felab.tables import table
 from felab.targets import TARGETS, configured_model, default_url, key_status, start_command
@@ -55,7 +55,7 @@ PREFIX_BENCH = LESSONS_DIR / "06-prefix-caching" / "prefix_bench.py"
 
 
 RECORDS_HERE = {"replay"}
-"""Commands that record rows in this process (results.RECORDED knows them): Ctrl+C says which."""
+"""Commands that record rows in this process (this_run.RECORDED knows them): Ctrl+C says which."""
 
 
 class FelabGroup(click.Group):
@@ -288,6 +288,9 @@ def bundle_build() -> None:
 
     site = b.build()
     click.echo(f"built the course pages: {site / 'index.html'}")
+    if make_target() == "bundle-serve":  # this build is its first step: the serving comes next
+        click.echo("serving them next, at the address below (typed numbers are kept per address).")
+        return
     click.echo(
         f"open them with `{from_here('make bundle-serve')}` (typed numbers are kept per address, "
         f"so use that one)."
@@ -369,7 +372,7 @@ def new_lesson(number: str, name: str) -> None:
 
 
 # Commands that live beside what they make.
-from felab.engines.tiny_model import tiny_model_command  # noqa: E402  (light: numpy and friends load on use)
+from felab.tiny_model.build import tiny_model_command  # noqa: E402  (light: numpy and friends load on use)
 
 cli.add_command(tiny_model_command)
 

@@ -33,10 +33,10 @@ from pathlib import Path
 
 import click
 
+from felab.bench.fidelity import server_process
 from felab.mock_server.booking import PracticeModel, Prompt
 from felab.mock_server.cache import prompt_keys
 from felab.mock_server.config import Settings
-from felab.mock_server.fidelity import server_process
 from felab.tables import table
 
 TWIN = {

@@ -17,12 +17,28 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from felab.paths import from_here
 
-if TYPE_CHECKING:  # targets.py reads this package: only the type, never an import cycle
-    from felab.targets import Target
+
+@dataclass(frozen=True)
+class Target:
+    """A resolved target: everything a script needs to talk to one server (`resolve()` makes it).
+
+    It lives here, below the registry, so that each family can name it and targets.py (which reads
+    the registry) imports it from here: the registry never imports targets.py."""
+
+    name: str
+    base_url: str
+    model: str
+    api_key: str
+    is_paid: bool
+    key_env: str | None = None
+
+    def __repr__(self) -> str:  # never show the key, even in a debugger or a log
+        return f"Target(name={self.name!r}, base_url={self.base_url!r}, model={self.model!r})"
+
 
 ASK_SERVER = None
 """A default model of `None` means: ask the server's `/v1/models`."""

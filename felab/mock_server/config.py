@@ -73,16 +73,18 @@ def setting(
     choices: tuple[str, ...] | None = None,
     words: dict[str, Any] | None = None,
     column: str | None = None,
+    unit: str | None = None,
 ) -> Any:
     """Declare one setting: its default and help, and the facts its flags are written from.
 
     `low`/`high` bound a number (`low_open`: the bound itself is refused); `choices` the words a
     text may be (for a tuple: each item); `words` are spellings a learner may type for a value
     (`{"never": None}`); `flag` the flag's name when it is not the field's (`cache_ttl_s` is
-    `--cache-ttl`); `column` its heading in replay's tables.
+    `--cache-ttl`); `column` its heading in replay's tables; `unit` what a value counts, when the
+    field's name does not end in it (`unit_of()`).
     """
     facts: dict[str, Any] = {"help": help, "scope": scope, "flag": flag, "low": low, "low_open": low_open}
-    facts |= {"high": high, "choices": choices, "words": words or {}, "column": column}
+    facts |= {"high": high, "choices": choices, "words": words or {}, "column": column, "unit": unit}
     return dataclasses.field(default=default, metadata=facts)
 
 
@@ -273,6 +275,21 @@ class Settings:
             tile_tokens=self.tile_tokens,
             untiled_ns=self.untiled_ns,
         )
+
+
+NAME_UNITS = {
+    "_ms": "ms", "_us": "µs", "_ns": "ns", "_s": "s", "_tps": "tokens/s",
+    "_tokens": "tokens", "_bytes": "bytes", "_blocks": "blocks",
+}  # fmt: skip
+"""A setting's unit, read from the ending of its name (the kit's rule: `overhead_ms`, `prefill_tps`)."""
+
+
+def unit_of(f: dataclasses.Field) -> str:
+    """What a value of this setting counts: its declared unit, else its name's ending (`NAME_UNITS`),
+    else nothing (a share, a count, a word)."""
+    if f.metadata["unit"] is not None:
+        return f.metadata["unit"]
+    return next((u for end, u in NAME_UNITS.items() if f.name.endswith(end)), "")
 
 
 def flag(f: dataclasses.Field) -> str:

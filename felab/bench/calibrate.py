@@ -1,7 +1,7 @@
 """`make bench`'s calibrate phase: calibrate a server, then check its twin, and print the report card.
 
-    python -m felab.calibrate.bench            # a practice server with known settings; then llama.cpp
-    python -m felab.calibrate.bench --quick    # the same at a tiny size (fewer rounds, short seats)
+    python -m felab.bench.calibrate            # a practice server with known settings; then llama.cpp
+    python -m felab.bench.calibrate --quick    # the same at a tiny size (fewer rounds, short seats)
 
 Two servers, each calibrated and then checked (`felab calibrate`, then `--check`):
 
