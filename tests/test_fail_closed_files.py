@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from conftest import KIT
+from conftest import KIT, make_command, run_make
 from fake_fireworks import KEY, FakeFireworks, deployment, fireworks_env
 
 from felab.calibrate import save
@@ -35,14 +35,9 @@ LABS = KIT / "03-labs"
 
 
 def make(folder: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`make ARGS` typed in `folder`, with this test's Python and a stamp that says the kit is
-    installed (nothing is built or installed into the checkout)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    env["PWD"] = str(folder)
-    stamp = tmp_path / "installed.stamp"
-    stamp.touch()
-    made = ["make", "-s", *args, f"PY={sys.executable}", f"STAMP={stamp}"]
-    return subprocess.run(made, cwd=folder, env=env, capture_output=True, text=True, timeout=60)
+    """`make ARGS` typed in `folder`, as conftest.run_make runs it (nothing built or installed
+    into the checkout)."""
+    return run_make(folder, "-s", *args)
 
 
 # ── make new-lesson: NAME and N are arguments, never shell text (31.10) ─────────
@@ -435,10 +430,18 @@ def the_server_below(command: subprocess.Popen, within_s: float = 60) -> int:
     raise AssertionError(f"no practice server under {command.args}")
 
 
-def stop_and_check(cmd: list[str], sig: signal.Signals, cwd: Path = KIT) -> None:
+def stop_and_check(
+    cmd: list[str], sig: signal.Signals, cwd: Path = KIT, env: dict[str, str] | None = None
+) -> None:
     """Start `cmd`, wait for its practice server, send `sig` to the command alone: both end."""
     command = subprocess.Popen(
-        cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+        cmd,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     server = None
     try:
@@ -469,10 +472,9 @@ def test_felab_demo_and_smoke_leave_no_server_behind(sig: signal.Signals, what: 
 
 
 @needs_proc
-def test_make_demo_leaves_no_server_behind(tmp_path: Path) -> None:
-    stamp = tmp_path / "installed.stamp"
-    stamp.touch()
-    stop_and_check(["make", "-s", "demo", f"PY={sys.executable}", f"STAMP={stamp}"], signal.SIGTERM)
+def test_make_demo_leaves_no_server_behind() -> None:
+    argv, env = make_command(KIT, "-s", "demo")
+    stop_and_check(argv, signal.SIGTERM, env=env)
 
 
 @needs_proc

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import make_command
 from fleet_helpers import all_gone, fleet, free_range, pids, wait_up
 
 from felab.paths import KIT_ROOT
@@ -168,13 +169,10 @@ def test_the_routers_extra_failing_to_install_says_what_to_do_offline(tmp_path: 
         "#!/bin/sh\necho 'ERROR: No matching distribution found for sglang-router' >&2\nexit 1\n"
     )
     offline.chmod(0o755)
-    done = subprocess.run(
-        ["make", "-s", f"VENV={venv}", f"PY={offline}", f"STAMP={stamp}", f"{venv}/.installed-routers"],
-        cwd=KIT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    argv, env = make_command(KIT_ROOT, "-s", f"{venv}/.installed-routers")
+    # The stand-ins of make_command, then this test's own (on make's command line the last wins).
+    argv += [f"VENV={venv}", f"PY={offline}", f"STAMP={stamp}"]
+    done = subprocess.run(argv, cwd=KIT_ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert "could not install the routers extra (sglang-router, vllm-router) from PyPI" in done.stderr
     assert "pip download sglang-router vllm-router -d wheels" in done.stderr

@@ -178,11 +178,8 @@ class PracticeModel:
         seat, admission, reused = None, ready, 0
         if replica.seats is not None:  # it waits for a seat first (seats.py)
             seat, admission, reused = replica.seats.admit(ready, prompt.keys)
-        if self.settings.cache_mode == "blocks":
-            uncached = replica.cache.uncached_tokens(prompt.tokens, prompt.keys, now)
-        else:  # seat-prefix: what its seat's last prompt shares with it; llama.cpp reads one token
-            uncached = max(prompt.tokens - reused * replica.cache.block_tokens, min(prompt.tokens, 1))
-        cached = prompt.tokens - uncached
+        cached = prompt.tokens - self._uncached(replica, prompt, reused, now)
+        uncached = prompt.tokens - cached
         rank = None if seat is None or replica.seats is None else replica.seats.seats.index(seat)
         seconds = self.timing.prefill_s(uncached, cached)
         growth = self.timing.growth(uncached, cached) if self.settings.batch_tokens else (0.0, 0, 0.0)
@@ -200,17 +197,33 @@ class PracticeModel:
             self.finders[replica.index] = self.finders.get(replica.index, 0) + 1
         if replica.seats is not None and seat is not None:
             replica.seats.hold(seat, admission, b.reply_end, prompt.keys, b)
-            if isinstance(prefill, BatchedPrefill) and isinstance(replica.lane, BatchLane):
-                prefill.holder = b  # the batches were planned again: replies may end later
-                moved = [t.holder for t in replica.lane.replanned if isinstance(t.holder, Booking)]
-                moved = [x for x in moved if x.rid in self.live]  # (a hung-up one holds no seat)
-                if any(x.seat is not None and x.seat.holder is not x for x in moved):
-                    self.on_moved(self._readmit(replica, now, everyone=True))  # a later one holds its seat
-                else:
-                    self._rehold(moved)
+            self._seat_batched(b, now)
         replica.active_tokens += prompt.tokens + reply_tokens
         replica.stats.admit(prompt.tokens, cached)
         return b
+
+    def _uncached(self, replica: Replica, prompt: Prompt, reused: int, now: float) -> int:
+        """The prompt tokens `replica` must prefill: those its cache lacks (`blocks`), or with
+        `seat-prefix` those past what its seat's last prompt shares (`reused` blocks; llama.cpp
+        reads at least one token)."""
+        if self.settings.cache_mode == "blocks":
+            return replica.cache.uncached_tokens(prompt.tokens, prompt.keys, now)
+        return max(prompt.tokens - reused * replica.cache.block_tokens, min(prompt.tokens, 1))
+
+    def _seat_batched(self, b: Booking, now: float) -> None:
+        """A seated booking whose prompt joined the batches: they were planned again, so replies
+        may end later; the seats follow (or, where a later request now holds a seat one needs,
+        the waiting requests are admitted again)."""
+        replica, prefill = b.replica, b.prefill
+        if not (isinstance(prefill, BatchedPrefill) and isinstance(replica.lane, BatchLane)):
+            return
+        prefill.holder = b
+        moved = [t.holder for t in replica.lane.replanned if isinstance(t.holder, Booking)]
+        moved = [x for x in moved if x.rid in self.live]  # (a hung-up one holds no seat)
+        if any(x.seat is not None and x.seat.holder is not x for x in moved):
+            self.on_moved(self._readmit(replica, now, everyone=True))  # a later one holds its seat
+        else:
+            self._rehold(moved)
 
     def streams(self, replica: Replica, at: float) -> int:
         """Streams decoding on `replica` at `at`, one starting then included (it sets how fast each
@@ -263,15 +276,7 @@ class PracticeModel:
             del parked[booking.rid]
         self.finish(booking, now)
         if booking.prefill.end > now:  # still prefilling or waiting: give its lane time back
-            earlier = (g for g in self.hung_up.values() if g.replica is replica and g is not booking)
-            relied_on = [g for g in earlier if _shared(booking, g) > g.found_blocks]
-            if unplanned:  # nothing of it is in the lane; its blocks will never be computed
-                self._forget_own_blocks(booking, booking.found_blocks)
-            else:
-                self.hung_up[booking.rid] = booking
-                relied_on.append(booking)
-            gave_back = any([self._release(ghost, now) for ghost in relied_on])  # each, no short cut
-            self.forget_hung_up(now)
+            gave_back = self._give_back(booking, unplanned, now)
             if unplanned and not gave_back:
                 return False  # nothing planned moved
         if replica.seats is not None and isinstance(replica.lane, BatchLane):  # only what it moved
@@ -285,6 +290,23 @@ class PracticeModel:
         if moved_up:
             self.on_moved([b for b in self.live.values() if b.replica is replica])
         return moved_up
+
+    def _give_back(self, booking: Booking, unplanned: bool, now: float) -> bool:
+        """A hung-up booking still prefilling or waiting: every hung-up prompt it relied on, and
+        itself (if it is in the lane), gives back what no live request needs (`_release`). An
+        unplanned one (parked for a seat) has nothing in the lane: its own blocks leave the cache.
+        True if any lane time was given back."""
+        replica = booking.replica
+        earlier = (g for g in self.hung_up.values() if g.replica is replica and g is not booking)
+        relied_on = [g for g in earlier if _shared(booking, g) > g.found_blocks]
+        if unplanned:  # nothing of it is in the lane; its blocks will never be computed
+            self._forget_own_blocks(booking, booking.found_blocks)
+        else:
+            self.hung_up[booking.rid] = booking
+            relied_on.append(booking)
+        gave_back = any([self._release(ghost, now) for ghost in relied_on])  # each, no short cut
+        self.forget_hung_up(now)
+        return gave_back
 
     def forget_hung_up(self, now: float) -> None:
         """Drop the hung-up prompts with nothing left to give back: their kept prefill is over."""
