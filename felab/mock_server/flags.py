@@ -100,7 +100,7 @@ TWIN_HELP = (
     "The settings of a calibrated twin. `felab calibrate` measures them on a real server and writes "
     "them in a profile (--profile FILE); with each at its default the server is lesson 06's model. "
     "They are flags too, and a flag given next to a profile wins. How each is measured: "
-    "docs/practice-server.md, 'The timing model'."
+    "docs/practice-server.md, 'The formula, term by term'."
 )
 
 
