@@ -7,12 +7,14 @@ import re
 from pathlib import Path
 
 import click
+import httpx
 import pytest
 from click.testing import CliRunner
 
 from felab.mock_server import serve
 from felab.mock_server.config import DEFAULTS, MODEL, UNLIMITED, Settings
 from felab.mock_server.flags import command_line, fields, flag, read, spell, sweep_values, twin_fields
+from felab.mock_server.launch import practice_server
 from felab.mock_server.profile import END_LINE
 from felab.replay.command import replay_command
 from felab.replay.sweep import KNOBS
@@ -151,3 +153,18 @@ def test_each_twin_setting_still_works_in_a_profile(tmp_path: Path) -> None:
     out = CliRunner().invoke(probe_command(seen), ["--profile", str(profile)])
     assert out.exit_code == 0, out.output
     assert seen == [TWIN_VALUES]
+
+
+def test_a_practice_server_started_with_the_twins_flags_books_by_them() -> None:
+    # One cold prompt of 4,050 characters: 1,047 tokens at --chars-per-token 3.87, 23
+    # past 1,024, a last piece of few rows, so the attention and the rows terms both count.
+    body = {"model": DEFAULTS.model, "prompt": "A fresh opening, not seen. " * 150, "max_tokens": 1}
+    with practice_server(*command_line(TWIN_VALUES)) as base:
+        reply = httpx.post(f"{base}/completions", json=body, timeout=30)
+    tokens = reply.json()["usage"]["prompt_tokens"]
+    assert tokens == 1047 and TWIN_VALUES.timing.untiled_rows(tokens) == 23
+    assert reply.headers["x-felab-predicted-ttft-ms"] == f"{TWIN_VALUES.timing.alone_ms(tokens):.3f}"
+    untwinned = dataclasses.replace(TWIN_VALUES, **{f.name: getattr(DEFAULTS, f.name) for f in twin_fields()})
+    attention_ms, rows_ms = 35.3e-6 * 1047 * 1047 / 2, 560e-6 * 23 * 1047  # 19.3 and 13.5 ms, by hand
+    twin_ms = TWIN_VALUES.timing.alone_ms(tokens) - untwinned.timing.alone_ms(tokens)
+    assert twin_ms == pytest.approx(attention_ms + rows_ms)
