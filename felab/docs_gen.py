@@ -38,20 +38,33 @@ def cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def practice_server_flags() -> str:
-    """Every setting of the practice server as its flag: default, unit, what it means, and
-    whether replay takes it too (a model setting) or only the server (a server setting)."""
+def flag_table(twin: bool) -> str:
+    """The practice server's settings as flags, a learner's (`twin` False: what `--help` lists)
+    or a calibrated twin's (`--help-twin`): default, unit, what it means, and whether replay takes
+    it too (a model setting) or only the server (a server setting)."""
     rows = [
         "| flag | default | unit | meaning | replay |",
         "|---|---|---|---|---|",
     ]
     for f in dataclasses.fields(Settings):
+        if f.metadata["twin"] != twin:
+            continue
         default = spell(f, getattr(DEFAULTS, f.name))
         replay = "no (the server's own)" if f.metadata["scope"] == SERVER else "yes, a list sweeps"
         rows.append(
             f"| `{flag(f)}` | `{default}` | {unit_of(f) or ''} | {cell(f.metadata['help'])} | {replay} |"
         )
     return "\n".join(rows)
+
+
+def practice_server_flags() -> str:
+    """The flags a learner types (`python -m felab.mock_server --help`)."""
+    return flag_table(twin=False)
+
+
+def twin_flags() -> str:
+    """The flags of a calibrated twin (`python -m felab.mock_server --help-twin`)."""
+    return flag_table(twin=True)
 
 
 def targets_table() -> str:
@@ -115,6 +128,7 @@ class Block:
 
 BLOCKS = (
     Block("docs/practice-server.md", "practice-server-flags", practice_server_flags),
+    Block("docs/practice-server.md", "twin-flags", twin_flags),
     Block("README.md", "targets", targets_table),
     Block(".env.example", "target-addresses", env_addresses, comment="hash"),
     Block("docs/troubleshooting.md", "index", troubleshooting_index),

@@ -46,23 +46,28 @@ def test_a_file_without_its_markers_is_refused_not_rewritten(copy_of_the_kit: Pa
         docs_gen.stale(copy_of_the_kit)
 
 
-def flags_in_table() -> dict[str, str]:
-    """The practice-server page's generated table: flag -> its replay column."""
+def flags_in_table(name: str = "practice-server-flags") -> dict[str, str]:
+    """One of the practice-server page's generated flag tables: flag -> its replay column."""
     page = (KIT_ROOT / "docs" / "practice-server.md").read_text(encoding="utf-8")
-    block = page.split("<!-- generated: practice-server-flags", 1)[1].split("<!-- end generated", 1)[0]
+    block = page.split(f"<!-- generated: {name}", 1)[1].split("<!-- end generated", 1)[0]
     return dict(re.findall(r"^\| `(--[\w-]+)` \|.*\| ([^|]+) \|$", block, re.M))
 
 
 def test_the_flag_table_lists_every_flag_of_the_practice_server() -> None:
     from felab.mock_server.serve import main as server
 
-    shown = flags_in_table()
+    # The learner's table holds what --help shows; the twin's what --help-twin shows; together,
+    # every setting, once.
+    learner, twin = flags_in_table(), flags_in_table("twin-flags")
+    assert not set(learner) & set(twin)
+    shown = learner | twin
     options = {opt for p in server.params for opt in p.opts if opt.startswith("--")}
-    not_settings = {"--host", "--port", "--profile"}  # the command's own, named in the page's prose
+    not_settings = {"--host", "--port", "--profile", "--help-twin"}  # the command's own, in the prose
     assert set(shown) == options - not_settings
     page = (KIT_ROOT / "docs" / "practice-server.md").read_text(encoding="utf-8")
     assert all(f"`{o}" in page for o in not_settings)
     assert set(shown) == {flag(f) for f in dataclasses.fields(Settings)}
+    assert set(twin) == {flag(f) for f in dataclasses.fields(Settings) if f.metadata["twin"]}
 
 
 def test_the_flag_tables_replay_column_is_replays_flags() -> None:

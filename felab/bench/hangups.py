@@ -1,8 +1,8 @@
 """`make bench`: a hang-up storm on a llama.cpp twin costs the server little, and stalls nobody.
 
 A practice server with a llama.cpp twin's settings (4 seats, batches of 2,048 prompt tokens:
-the kit's calibrated profile, docs/calibrate-llamacpp-tiny-final.toml) takes N streamed
-requests of about 2,000 tokens each, all at once: 4 are admitted, the rest wait for a seat.
+the kit's calibrated profile, docs/runs/2026-12-01-calibrate-llamacpp-tiny-final.toml) takes N
+streamed requests of about 2,000 tokens each, all at once: 4 are admitted, the rest wait for a seat.
 Then their clients hang up one after another, 5 ms apart, first sent first (each hang-up
 frees a seat or leaves the queue ahead of everyone behind it: the most each can move). Four
 more requests, sent after the N, stay: they must get their first tokens on time.
@@ -55,7 +55,8 @@ TWIN = {
     "batch_tokens": 2048,
     "batch_slowdown": 0.05,
 }
-"""The llama.cpp twin: docs/calibrate-llamacpp-tiny-final.toml's settings (llama-server -np 4, -b 2048)."""
+"""The llama.cpp twin: docs/runs/2026-12-01-calibrate-llamacpp-tiny-final.toml's settings
+(llama-server -np 4, -b 2048)."""
 PROMPT_CHARS = 7740
 """About 2,000 tokens at the twin's 3.87 characters a token."""
 REPLY_TOKENS = 200

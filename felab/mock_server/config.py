@@ -74,6 +74,7 @@ def setting(
     words: dict[str, Any] | None = None,
     column: str | None = None,
     unit: str | None = None,
+    twin: bool = False,
 ) -> Any:
     """Declare one setting: its default and help, and the facts its flags are written from.
 
@@ -82,9 +83,15 @@ def setting(
     (`{"never": None}`); `flag` the flag's name when it is not the field's (`cache_ttl_s` is
     `--cache-ttl`); `column` its heading in replay's tables; `unit` what a value counts, when the
     field's name does not end in it (`unit_of()`).
+
+    `twin=True` marks a setting of a calibrated twin: `felab calibrate` measures it and writes it
+    in a profile, and a learner never types it. The practice server's `--help` leaves it out and
+    `--help-twin` lists it; its flag and its profile line work all the same. (Every twin setting
+    at its default is the lesson's model.)
     """
     facts: dict[str, Any] = {"help": help, "scope": scope, "flag": flag, "low": low, "low_open": low_open}
     facts |= {"high": high, "choices": choices, "words": words or {}, "column": column, "unit": unit}
+    facts["twin"] = twin
     return dataclasses.field(default=default, metadata=facts)
 
 
@@ -106,7 +113,7 @@ class Settings:
     prefill_attention_ns: float = setting(
         0.0, "attention's cost per new prompt token per token before it, ns: prefill grows faster than "
         "linearly with the prompt (0: linear, as lesson 06's)",
-        low=0, column="attention ns",
+        low=0, column="attention ns", twin=True,
     )  # fmt: skip
     # bound (term_bounds): at least context x (1 + slowdown x (seats - 1)) / TERM_SHARE_S
     decode_tps: float = setting(
@@ -116,41 +123,41 @@ class Settings:
     decode_slowdown: float = setting(
         0.0, "how much each further stream decoding on a replica slows a stream: interval = "
         "1/decode-tps x (1 + slowdown x (streams - 1)) (0: streams do not slow each other)",
-        low=0, high=10, column="decode slowdown",
+        low=0, high=10, column="decode slowdown", twin=True,
     )  # fmt: skip
     # bound (term_bounds): at most TERM_SHARE_S / context, the floor after a full context cached
     cached_token_us: float = setting(
         0.0, "least cost of each prompt token found in the cache, paid in the prefill of the request "
         "that reuses it, µs: prefill after c cached tokens takes at least c x this beyond its rate, or "
         "the attention term if larger (a few new tokens after a long cached opening; 0: none)",
-        low=0, column="cached µs",
+        low=0, column="cached µs", twin=True,
     )  # fmt: skip
     # bound (term_bounds): at most 4 x TERM_SHARE_S / context²: R reply tokens after c, R·c <= context²/4
     decode_context_ns: float = setting(
         0.0, "what each prompt token adds to the time of every reply token, ns: decode attends to "
         "the whole context (0: decode does not slow with the prompt)",
-        low=0, column="decode ctx ns",
+        low=0, column="decode ctx ns", twin=True,
     )  # fmt: skip
     ubatch_tokens: int | None = setting(
         None, "prompt tokens computed in one piece (llama.cpp -ub, 512): the last piece holds the rest; "
         "`none`: a prompt is one piece (matters only with --tile-tokens)",
-        low=1, high=MAX_TOKENS, words={"none": None}, column="ubatch tokens",
+        low=1, high=MAX_TOKENS, words={"none": None}, column="ubatch tokens", twin=True,
     )  # fmt: skip
     tile_tokens: int = setting(
         0, "a last piece with fewer tokens than this is read one token at a time, each a pass over the "
         "whole context (llama.cpp's CPU attention tiles: 64); 0: never",
-        low=0, high=MAX_TOKENS, column="tile tokens",
+        low=0, high=MAX_TOKENS, column="tile tokens", twin=True,
     )  # fmt: skip
     # bound (term_bounds): at most TERM_SHARE_S / ((tile - 1) x context): rows < tile, each a pass
     untiled_ns: float = setting(
         0.0, "with --tile-tokens: what each token of such a piece costs per token of context, ns "
         "(0: nothing)",
-        low=0, column="untiled ns",
+        low=0, column="untiled ns", twin=True,
     )  # fmt: skip
     # bound: tokenizers give 1 to 8 characters a token (1e-6 made a few words millions of tokens)
     chars_per_token: float = setting(
         4.0, "how the modelled engine counts text: characters per token (about 4 in English)",
-        scope=SERVER, low=0.5, high=20,
+        scope=SERVER, low=0.5, high=20, twin=True,
     )  # fmt: skip
     cache_mode: str = setting(
         "blocks", "how a replica reuses earlier prompts: blocks (hashed blocks any request may reuse: "
@@ -171,7 +178,7 @@ class Settings:
     batch_slowdown: float = setting(
         0.0, "with --batch-tokens: how much longer a batch holding parts of several prompts takes than "
         "its parts alone (0.15: 15% longer; 0: as long); calibrate measures it from prompts sent at once",
-        low=-0.5, high=2.0, column="batch slowdown",
+        low=-0.5, high=2.0, column="batch slowdown", twin=True,
     )  # fmt: skip
     cache_blocks: int = setting(
         4096, "prefix-cache capacity per replica, in blocks (least recently used evicted); `unlimited`",

@@ -19,7 +19,7 @@ import click
 
 from felab.mock_server.config import DEFAULT_PORT, DEFAULTS, HEALTH_NAME, Settings
 from felab.mock_server.faults import HideStreamCuts
-from felab.mock_server.flags import server_options, to_settings
+from felab.mock_server.flags import server_options, to_settings, twin_help_option
 from felab.mock_server.profile import profile_option
 
 D = DEFAULTS
@@ -80,6 +80,7 @@ def port_in_use(host: str, port: int) -> str:
 @click.option("--port", default=DEFAULT_PORT, show_default=True, help="port to listen on")
 @profile_option()  # --profile FILE: a calibrated twin's settings as these flags' defaults
 @server_options  # one flag per setting, written from its declaration in config.py
+@twin_help_option  # --help-twin: the calibrated twin's settings, which --help leaves out
 def main(host: str, port: int, **values: Any) -> None:
     """The practice server: an OpenAI-compatible server with a prefix cache, offline.
 
