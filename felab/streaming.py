@@ -140,10 +140,11 @@ def stream_once(
     Raises a FelabError with a learner-facing message if the call fails.
 
     A reply with no text at all has no first token to time, and is an error (`no_text`), unless
-    `time_empty`: then it is timed by the first chunk that ends it (`finish_reason`). A model that
-    ends its reply at once generated one token, its end-of-text, as soon as it had read the prompt,
-    so that chunk comes when a first token would have (`ended_empty` says so). Calibrate's prefill
-    probes use this: they time the reading of the prompt, which such a reply measures as well.
+    `time_empty` and the server says it ended at once (`usage.completion_tokens` of 1 or 0): then
+    it is timed by the first chunk that ends it (`finish_reason`). Such a model generated one
+    token, its end-of-text, as soon as it had read the prompt, so that chunk comes when a first
+    token would have (`ended_empty` says so). Calibrate's probes of prompt reading use this; a
+    reply of several tokens none of which showed text is still `no_text` (its end is not its start).
     """
     extra.setdefault("stream_options", {"include_usage": True})
     usage, timings = None, None
@@ -181,7 +182,8 @@ def stream_once(
         raise explain(exc, _target(api)) from exc
     got = read_usage(usage, timings)
     if ttft is None or last is None:  # no text at all: there is no first token to time
-        if not time_empty or ended is None:
+        at_once = got.completion_tokens is not None and got.completion_tokens <= 1
+        if not (time_empty and at_once and ended is not None):
             raise no_text(_target(api), model)
         return CallResult(
             ttft_ms=ended * 1000,

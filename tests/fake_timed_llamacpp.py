@@ -7,8 +7,9 @@ token it has not seen (the longest common prefix with the prompts it served befo
 characters, is its cache, as llama.cpp's seats keep theirs), then a short wait per reply
 token. What calibrate must survive is set on purpose, never left to the machine's speed:
 
-- `empty_every`: every n-th request's reply carries no text (a role chunk, a token with
-  empty content, the finish), as a tiny model that ends at once does;
+- `empty_every`: every n-th request's reply carries no text (a role chunk, then the finish
+  with one completion token), as a tiny model that ends at once (its end-of-text first) does;
+- `blank_every`: every n-th request's reply is its full length of tokens with empty content;
 - `slow_every`: every n-th request takes `slow_factor` times as long (a busy machine);
 - `ms_per_token` below 0: longer prompts answer sooner (no rate any engine has);
 - `lie_at`, `lie`: the n-th request's `usage` has these fields replaced (a lying server);
@@ -42,6 +43,7 @@ class Engine:
     n_ctx: int = 2048
     slots: int = 4
     empty_every: int | None = None
+    blank_every: int | None = None
     slow_every: int | None = None
     slow_factor: float = 4.0
     lie_at: int | None = None
@@ -127,17 +129,21 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
             time.sleep(max(wait, 1.0) / 1000)
             replies = min(int(body.get("max_tokens") or 16), 48)
             empty = bool(engine.empty_every and n % engine.empty_every == 0)
-            for i in range(replies):
+            if empty:  # its end-of-text first: one token, no text, the finish (as llama-server ends)
+                replies = 1
+            for i in range(0 if empty else replies):
                 if i:
                     time.sleep(engine.decode_ms / 1000)
-                self.wfile.write(_chunk({"content": "" if empty else f"w{i} "}))
+                blank = bool(engine.blank_every and n % engine.blank_every == 0)
+                self.wfile.write(_chunk({"content": "" if blank else f"w{i} "}))
                 self.wfile.flush()
             usage = {"prompt_tokens": prompt, "completion_tokens": replies, "total_tokens": prompt + replies}
             usage["prompt_tokens_details"] = {"cached_tokens": cached}
             if engine.lie_at == n:
                 usage.update(engine.lie)
             timings = {"cache_n": cached, "prompt_n": prompt - cached, "predicted_n": replies}
-            self.wfile.write(_chunk({}, finish="length", usage=usage, timings=timings))
+            finish = "stop" if empty else "length"
+            self.wfile.write(_chunk({}, finish=finish, usage=usage, timings=timings))
             self.wfile.write(b"data: [DONE]\n\n")
 
     return Handler

@@ -48,7 +48,7 @@ def test_one_reply_in_ten_without_text_is_sent_again_and_calibrate_completes(tmp
     assert out.returncode == 0, out.stdout + out.stderr
     # A prompt probe's reply with no text is timed by its end (the model ended it at once, when a
     # first token would have come); a decode probe's is sent again. Both are counted.
-    assert "prefill probes got a reply with no text (the model ended it at once)" in out.stdout
+    assert "probes of prompt reading got a reply with no text (the model ended it at once)" in out.stdout
     assert read_settings(tmp_path / "p.toml")["seats"] == 4  # the practice server reads it
     measured = tomllib.loads((tmp_path / "p.toml").read_text())["measured"]
     assert measured["empty_replies"] == engine.posts // 10
@@ -71,9 +71,12 @@ def test_a_reply_without_text_is_timed_by_its_end_only_when_asked() -> None:
         with pytest.raises(FelabError, match="ended its reply without any text"):
             stream_once(api, "tiny", question, max_tokens=2)
         got = stream_once(api, "tiny", question, max_tokens=2, time_empty=True)
+        engine.empty_every, engine.blank_every = None, 1  # tokens, none with text: not at once
+        with pytest.raises(FelabError, match="ended its reply without any text"):
+            stream_once(api, "tiny", question, max_tokens=2, time_empty=True)
     assert got.ended_empty and got.itl_ms == []
     assert got.ttft_ms == got.total_ms >= 30.0  # not before the fake had read the prompt
-    assert got.prompt_tokens and got.output_tokens == 2
+    assert got.prompt_tokens and got.output_tokens == 1  # its end-of-text
 
 
 def test_a_server_that_sends_only_replies_without_text_gets_one_message(tmp_path: Path) -> None:

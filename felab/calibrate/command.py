@@ -137,8 +137,8 @@ def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) ->
         say(f"{line}.")
     if prober.ended_at_once:
         say(
-            f"{prober.ended_at_once} prefill probes got a reply with no text (the model ended it at "
-            f"once): each was timed by the end of its reply, which came when a first token would have."
+            f"{prober.ended_at_once} probes of prompt reading got a reply with no text (the model ended "
+            f"it at once): each was timed by the end of its reply, which came when a first token would have."
         )
     if prober.empty:
         say(

@@ -145,7 +145,8 @@ class Prober:
         self.empty = 0
         """Replies that carried text, and replies that carried none (each sent again: `call`)."""
         self.ended_at_once = 0
-        """Prefill probes whose reply carried no text, timed by its end (`stream_once(time_empty=True)`)."""
+        """Probes of prompt reading whose reply ended at once with no text, timed by that end
+        (`stream_once(time_empty=True)`)."""
         self.renew = random.Random()
         """New text for a request sent again: apart from `rng`, so that a real server and its twin,
         started from one seed, still get the same prompts after it."""
@@ -164,9 +165,9 @@ class Prober:
 
     def _stream(self, messages: list[dict], max_tokens: int) -> Sample:
         try:
-            # A prefill probe times the reading of the prompt: a reply that ends at once (its
-            # end-of-text first) is timed by that end. A decode probe needs reply tokens: sent again.
-            timed = max_tokens <= PREFILL_MAX_TOKENS
+            # A probe of prompt reading (not of decode) times the first token: a reply that ended at
+            # once (its end-of-text first) is timed by that end. A decode probe needs reply tokens.
+            timed = max_tokens < DECODE_MAX_TOKENS
             r = stream_once(self.api, self.target.model, messages, max_tokens=max_tokens, time_empty=timed)
         except FelabError as exc:
             small = self._too_small(exc)
