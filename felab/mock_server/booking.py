@@ -4,7 +4,8 @@
       1. route    the fleet picks a replica                              (fleet.py)
       2. seat     with --seats, it waits for one, first come first served (seats.py)
       3. look up  the replica's cache: how much of the prompt it holds   (cache.py;
-                  with --cache-mode seat-prefix, what its seat last read)
+                  with --cache-mode seat-prefix, what its seat last read, or a
+                  prompt saved in host memory: host_cache.py)
       4. queue    the replica's prefill lane gives the prompt its turn   (timing.py)
       5. insert   the prompt's blocks are cached, in use until its prefill ends
       6. count    the replica's counters (/metrics); the usage the client gets
@@ -37,6 +38,7 @@ from typing import Any
 
 from felab.mock_server.config import Settings
 from felab.mock_server.fleet import Fleet, Replica, Weights
+from felab.mock_server.host_cache import HostCache
 from felab.mock_server.seats import Seat, Seats
 from felab.mock_server.timing import BatchedPrefill, BatchLane, Prefill
 
@@ -143,6 +145,8 @@ class PracticeModel:
         if settings.seats is not None:
             for r in self.fleet.replicas:
                 r.seats = Seats(settings.seats, by_prefix=settings.cache_mode == "seat-prefix")
+                if settings.host_cache_tokens:  # llama-server's --cache-ram (host_cache.py)
+                    r.seats.host = HostCache(settings.host_cache_tokens // settings.block_tokens)
         if settings.batch_tokens is not None:  # first tokens at the end of batches (timing.py)
             for r in self.fleet.replicas:
                 r.lane = BatchLane(settings.batch_tokens, settings.batch_slowdown)
@@ -178,6 +182,10 @@ class PracticeModel:
         seat, admission, reused = None, ready, 0
         if replica.seats is not None:  # it waits for a seat first (seats.py)
             seat, admission, reused = replica.seats.admit(ready, prompt.keys)
+            if replica.seats.host is not None:  # a prompt saved in host memory may come back
+                restored = replica.seats.restore(seat, admission, prompt.keys, reused) - reused
+                reused += restored  # copied into its seat first (host_cache.py)
+                admission += self.settings.host_restore_us * 1e-6 * restored * replica.cache.block_tokens
         if self.settings.cache_mode == "blocks":
             uncached = replica.cache.uncached_tokens(prompt.tokens, prompt.keys, now)
         else:  # seat-prefix: what its seat's last prompt shares with it; llama.cpp reads one token
@@ -400,6 +408,9 @@ class PracticeModel:
             booking.replica.cache.forget(booking.keys[kept:])
         if booking.seat is not None and booking.seat.keys is booking.keys:  # seat-prefix: what it read
             booking.seat.keys = booking.keys[:kept]
+        host = booking.replica.seats.host if booking.replica.seats is not None else None
+        if host is not None:  # saved from its seat before it hung up: only what it computed
+            host.forget(booking.keys, kept)
 
     @staticmethod
     def _rehold(bookings: list[Booking]) -> None:
