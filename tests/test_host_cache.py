@@ -138,3 +138,15 @@ def test_the_tier_needs_seats_and_a_restore_is_never_dearer_than_reading() -> No
     with pytest.raises(ValueError, match="more than reading the token again costs"):
         Settings(seats=1, cache_mode="seat-prefix", host_cache_tokens=8192, host_restore_us=401.0)
     assert Settings().host_cache_tokens == 0  # off by default: lesson 06 and every default figure
+
+
+def test_a_prompt_sharing_a_tenth_or_less_takes_the_seat_free_longest() -> None:
+    # llama.cpp's --slot-prompt-similarity (0.1): a chat template's few shared tokens do not pull
+    # a prompt onto a seat. P shares 2 of its 40 blocks with A's seat, so it takes the other seat
+    # (free longest), and still reuses nothing there; Q shares 5 of 40 (> 1/10): A's seat.
+    model = twin(seats=2, host_cache_tokens=0)
+    a = model.book(prompt(A), 1, arrival=0.0, now=0.0)
+    p = model.book(prompt([*A[:2], *range(300, 338)]), 1, arrival=5.0, now=5.0)
+    assert p.seat is not a.seat and p.cached_tokens == 0
+    q = model.book(prompt([*A[:5], *range(400, 435)]), 1, arrival=10.0, now=10.0)
+    assert q.seat is a.seat and q.cached_tokens == 5 * 64

@@ -13,8 +13,10 @@ tokens (app.py refuses a longer prompt with llama.cpp's own 400 body).
 With `--cache-mode seat-prefix` (llama.cpp's cache) each seat also keeps the prompt it last
 read, and a request reuses the longest common prefix with its seat's prompt; it takes the
 free seat whose prompt shares the most with it (llama.cpp's slot similarity), else the one
-free longest. Prefixes are compared in whole blocks of `--block-tokens` tokens (the keys of
-cache.py), so a reuse is rounded down to a block: set a smaller block for a finer match.
+free longest (also when the most it shares is no more than a tenth of it, a chat template's
+few tokens: llama.cpp's --slot-prompt-similarity). Prefixes are compared in whole blocks of
+`--block-tokens` tokens (the keys of cache.py), so a reuse is rounded down to a block: set a
+smaller block for a finer match.
 With `--host-cache-tokens`, prompts that leave their seats are saved in a second tier behind
 them, llama-server's host-memory cache (`--cache-ram`), and may come back into another seat
 (`restore`; host_cache.py).
@@ -81,6 +83,8 @@ class Seats:
             return min(free, key=lambda s: s.free_at), at, 0
         shared = [common_blocks(keys, s.keys) for s in free]
         best = max(range(len(free)), key=lambda i: (shared[i], -free[i].free_at))
+        if shared[best] and shared[best] <= SIMILAR * len(keys):  # (a chat template's few tokens)
+            best = min(range(len(free)), key=lambda i: free[i].free_at)  # not similar: free longest
         return free[best], at, shared[best]
 
     def hold(
