@@ -126,3 +126,30 @@ def test_the_virtual_prober_is_the_practice_servers_model() -> None:
     got = p.call([{"role": "user", "content": text}])
     assert got.ttft_ms == pytest.approx(10.0 + 1000 * got.prompt_tokens / 10_000)
     assert p.now > got.total_ms / 1000
+
+
+@pytest.mark.parametrize("host", [0, 32_768], ids=["no-host-cache", "host-cache"])
+def test_calibrate_finds_a_cache_beyond_the_seats_and_records_it(host: int) -> None:
+    # The pushed-out probe: an opening, one short prompt per seat (each takes the seat free
+    # longest, the last the opening's), the opening again. A twin of llama-server with its
+    # host-memory cache gives it back cached; one without reads it again. Calibrate records the
+    # tier (at the server's whole context, llama.cpp's floor) only in the first case.
+    llama = {"cache_mode": "seat-prefix", "block_tokens": 2, "context_tokens": 32_768}
+    s = dataclasses.replace(DEFAULTS, **KNOWN | LLAMA_LIKE | llama, host_cache_tokens=host)
+    facts = ServerFacts("felab practice server", 4, 8192)
+    plan = Plan(6400, push_seats=4)
+    prober = VirtualProber(s, plan.announced())
+    m = measure(prober, plan, facts)
+    assert m.pushed is not None and m.pushed.seats == 4
+    back, opening = m.pushed.back, m.pushed.opening
+    target = Target("mock", "http://virtual/v1", s.model, "not-needed", False)
+    got = prof.build(m, target, plan, prober.now, prober.used, delivery_ms=0.0)
+    if host:
+        assert back.cached_tokens is not None and back.cached_tokens > 0.9 * opening.prompt_tokens
+        assert got.settings["host_cache_tokens"] == 32_768
+        assert got.measured["host_cache"] == "yes"
+    else:
+        assert back.cached_tokens is not None and back.cached_tokens < 0.01 * opening.prompt_tokens
+        assert "host_cache_tokens" not in got.settings
+        assert got.measured["host_cache"] == "no"
+    assert prober.used <= plan.requests()

@@ -66,6 +66,11 @@ MEANINGS: dict[str, tuple[str, str]] = {
     "cache_blocks": ("blocks", "prefix-cache capacity (0: the server reused nothing)"),
     "seats": ("", "requests served at once (llama.cpp -np); the context is split evenly between them"),
     "context_tokens": ("tokens", "the whole context (llama.cpp -c), shared by the seats"),
+    "host_cache_tokens": (
+        "tokens",
+        "prompts that left their seats kept in host memory (llama-server's --cache-ram): its -c, the "
+        "least it keeps; a prompt pushed out of every seat came back cached",
+    ),
     "batch_tokens": (
         "tokens",
         "prompt tokens prefilled in one batch (llama.cpp -b), fitted to 4 prompts sent at once; "
@@ -207,6 +212,14 @@ def decode_settings(m: Measurements, intervals: dict[int, float]) -> dict[str, f
     }
 
 
+def pushed_finding(m: Measurements) -> fit.HostFinding | None:
+    """What the pushed-out probe found (None: not sent, the server has no seats)."""
+    if m.pushed is None:
+        return None
+    o, b = m.pushed.opening, m.pushed.back
+    return fit.host_finding(o.prompt_tokens, m.pushed.seats, (b.cached_tokens, b.ttft_ms), o.ttft_ms)
+
+
 def build(
     m: Measurements,
     target: Target,
@@ -275,6 +288,10 @@ def build(
         settings["seats"] = facts.seats
     if facts.seat_context:
         settings["context_tokens"] = facts.seat_context * (facts.seats or 1)
+    host = pushed_finding(m)
+    if host is not None and host.kept == "yes" and settings.get("cache_mode") == "seat-prefix":
+        # llama.cpp keeps at least its whole context (-c), more while --cache-ram's MiB allow
+        settings["host_cache_tokens"] = settings.get("context_tokens", facts.seat_context or 0)
     shared, dropped = (
         fit.supported_batch(rounds, lambda b, s: twin_rounds(settings, delivery_ms, cold_rounds, b, s))
         if rounds
@@ -323,6 +340,7 @@ def build(
             "rows_probe": rows_evidence(m, pieces),
             "cache_reuse": cache.reuse,
             "cache_evidence": cache.evidence,
+            **({"host_cache": host.kept, "host_cache_evidence": host.evidence} if host else {}),
             "together_ttft_ms": [round(t) for r in rounds for t in sorted(r)],
             "together_twin_ms": [round(t) for r in twin_ms for t in r],
             "batch_tokens_error_pct": fit.sig(batch_err, 2)
