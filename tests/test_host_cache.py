@@ -150,3 +150,27 @@ def test_a_prompt_sharing_a_tenth_or_less_takes_the_seat_free_longest() -> None:
     assert p.seat is not a.seat and p.cached_tokens == 0
     q = model.book(prompt([*A[:5], *range(400, 435)]), 1, arrival=10.0, now=10.0)
     assert q.seat is a.seat and q.cached_tokens == 5 * 64
+
+
+@pytest.mark.parametrize("batch", [None, 2048], ids=["lane", "batches"])
+def test_a_request_moved_up_by_a_hang_up_still_pays_its_restore(batch: int | None) -> None:
+    # One seat, 100 µs a restored token: A, then B pushes A out; C (5 blocks, read by 10.143 s)
+    # takes the seat at 10 s and A + a question waits behind it, booked with A restored (0.256
+    # s). C hangs up at 10.05 s (with batches, its batch under way is computed whole: to 10.143):
+    # the seat is free then, and A's question starts after its copy, at 10.306 s, not 10.05.
+    model = PracticeModel(
+        Settings(
+            seats=1,
+            cache_mode="seat-prefix",
+            host_cache_tokens=100_000,
+            host_restore_us=100.0,
+            batch_tokens=batch,
+        )
+    )
+    model.book(prompt(A), 1, arrival=0.0, now=0.0)
+    model.book(prompt(B), 1, arrival=5.0, now=5.0)
+    c = model.book(prompt(list(range(500, 505))), 1, arrival=10.0, now=10.0)
+    back = model.book(prompt([*A, QUESTION]), 1, arrival=10.0, now=10.0)
+    assert back.cached_tokens == 40 * 64 and back.prefill.start > c.first_token_at
+    model.cancel(c, now=10.05)
+    assert back.first_token_at == pytest.approx(10.05 + 0.256 + 64 / 2500)

@@ -71,6 +71,8 @@ class Booking:
     """The seat it holds from admission (`prefill.ready_at`) to its reply's end; None: no limit."""
     ready: float = 0.0
     """When its prefill could have started on an idle server: arrival plus the overhead."""
+    restore_s: float = 0.0
+    """What copying its prompt back from host memory takes once it has a seat (host_cache.py)."""
 
     @property
     def found_blocks(self) -> int:
@@ -179,13 +181,14 @@ class PracticeModel:
             if parked:  # planned first, so that the time this one is booked is known now
                 self.on_moved(self._catch_up(self.fleet.replicas[index], now, everyone=True))
         replica = self.fleet.pick(prompt.tokens, prompt.keys, prompt.session, now, ready)
-        seat, admission, reused = None, ready, 0
+        seat, admission, reused, restore_s = None, ready, 0, 0.0
         if replica.seats is not None:  # it waits for a seat first (seats.py)
             seat, admission, reused = replica.seats.admit(ready, prompt.keys)
             if replica.seats.host is not None:  # a prompt saved in host memory may come back
                 restored = replica.seats.restore(seat, admission, prompt.keys, reused) - reused
                 reused += restored  # copied into its seat first (host_cache.py)
-                admission += self.settings.host_restore_us * 1e-6 * restored * replica.cache.block_tokens
+                restore_s = self.settings.host_restore_us * 1e-6 * restored * replica.cache.block_tokens
+                admission += restore_s
         if self.settings.cache_mode == "blocks":
             uncached = replica.cache.uncached_tokens(prompt.tokens, prompt.keys, now)
         else:  # seat-prefix: what its seat's last prompt shares with it; llama.cpp reads one token
@@ -201,7 +204,7 @@ class PracticeModel:
         rid = f"{next(self.ids)}"
         tokens = prompt.tokens
         b = Booking(rid, replica, tokens, cached, reply_tokens, arrival, prefill, interval, prompt.keys)
-        b.seat, b.ready = seat, ready
+        b.seat, b.ready, b.restore_s = seat, ready, restore_s
         self.live[b.rid] = b
         self.planned.setdefault(replica.index, {})[b.rid] = b
         if cached:
@@ -318,7 +321,7 @@ class PracticeModel:
             if (b := waiting.get(id(prefill))) is not None and replica.seats is not None:
                 seat, at, _ = replica.seats.admit(b.ready, b.keys)
                 b.seat = seated[id(prefill)] = seat  # the cache match it was booked with stays
-                prefill.ready_at = at
+                prefill.ready_at = at + b.restore_s  # (and its copy from host memory, if any)
                 if isinstance(prefill, BatchedPrefill):  # batches take prompts by seat
                     prefill.rank = replica.seats.seats.index(seat)
 
@@ -379,6 +382,7 @@ class PracticeModel:
             if min(s.free_at for s in seats.seats) > now and through is None and not everyone:
                 break  # no seat free yet: the reply's end (or hang-up) that frees one admits it
             seat, at, _ = seats.admit(b.ready, b.keys)  # (maybe later: its overhead, the one before)
+            at += b.restore_s  # the cache match it was booked with stays, and its copy's cost
             del parked[b.rid]
             self.planned.setdefault(replica.index, {})[b.rid] = b
             assert isinstance(b.prefill, BatchedPrefill)
