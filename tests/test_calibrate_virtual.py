@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 
 import pytest
 
 from felab.calibrate import profile as prof
-from felab.calibrate.plan import Plan, measure
+from felab.calibrate.plan import Plan, make_plan, measure
 from felab.calibrate.probes import Prober, Sample, ServerFacts
+from felab.errors import FelabError
 from felab.mock_server.booking import Booking, PracticeModel, Prompt
 from felab.mock_server.cache import prompt_keys
 from felab.mock_server.config import DEFAULTS, Settings
@@ -153,3 +155,13 @@ def test_calibrate_finds_a_cache_beyond_the_seats_and_records_it(host: int) -> N
         assert "host_cache_tokens" not in got.settings
         assert got.measured["host_cache"] == "no"
     assert prober.used <= plan.requests()
+
+
+def test_the_requests_it_asks_for_with_seats_are_enough() -> None:
+    # Too small a --max-requests names the least that works: with seats, that counts the
+    # pushed-out probe (2 + seats requests), so following the advice literally runs.
+    facts = ServerFacts("llama.cpp", 4, 8192)
+    with pytest.raises(FelabError, match="calibrate needs at least") as refused:
+        make_plan(facts, 5)
+    least = int(re.search(r"at least (\d+) requests", refused.value.message).group(1))  # type: ignore[union-attr]
+    assert make_plan(facts, least).push_seats == 4

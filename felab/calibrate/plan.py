@@ -137,7 +137,7 @@ def make_plan(facts: ServerFacts, max_requests: int) -> Plan:
         plan = Plan(biggest, push_seats=facts.seats or 0, **change)
         if plan.announced() <= max_requests:
             return plan
-    least = Plan(biggest, **SHORTER[-1]).announced()
+    least = Plan(biggest, push_seats=facts.seats or 0, **SHORTER[-1]).announced()
     raise FelabError(
         f"calibrate needs at least {least} requests to measure what it fits; --max-requests is "
         f"{max_requests}. Allow {least} or more."
