@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 
 import pytest
 
 from felab.calibrate import profile as prof
-from felab.calibrate.plan import Plan, measure
+from felab.calibrate.plan import Plan, make_plan, measure
 from felab.calibrate.probes import Prober, Sample, ServerFacts
+from felab.errors import FelabError
 from felab.mock_server.booking import Booking, PracticeModel, Prompt
 from felab.mock_server.cache import prompt_keys
 from felab.mock_server.config import DEFAULTS, Settings
@@ -126,3 +128,40 @@ def test_the_virtual_prober_is_the_practice_servers_model() -> None:
     got = p.call([{"role": "user", "content": text}])
     assert got.ttft_ms == pytest.approx(10.0 + 1000 * got.prompt_tokens / 10_000)
     assert p.now > got.total_ms / 1000
+
+
+@pytest.mark.parametrize("host", [0, 32_768], ids=["no-host-cache", "host-cache"])
+def test_calibrate_finds_a_cache_beyond_the_seats_and_records_it(host: int) -> None:
+    # The pushed-out probe: an opening, one short prompt per seat (each takes the seat free
+    # longest, the last the opening's), the opening again. A twin of llama-server with its
+    # host-memory cache gives it back cached; one without reads it again. Calibrate records the
+    # tier (at the server's whole context, llama.cpp's floor) only in the first case.
+    llama = {"cache_mode": "seat-prefix", "block_tokens": 2, "context_tokens": 32_768}
+    s = dataclasses.replace(DEFAULTS, **KNOWN | LLAMA_LIKE | llama, host_cache_tokens=host)
+    facts = ServerFacts("felab practice server", 4, 8192)
+    plan = Plan(6400, push_seats=4)
+    prober = VirtualProber(s, plan.announced())
+    m = measure(prober, plan, facts)
+    assert m.pushed is not None and m.pushed.seats == 4
+    back, opening = m.pushed.back, m.pushed.opening
+    target = Target("mock", "http://virtual/v1", s.model, "not-needed", False)
+    got = prof.build(m, target, plan, prober.now, prober.used, delivery_ms=0.0)
+    if host:
+        assert back.cached_tokens is not None and back.cached_tokens > 0.9 * opening.prompt_tokens
+        assert got.settings["host_cache_tokens"] == 32_768
+        assert got.measured["host_cache"] == "yes"
+    else:
+        assert back.cached_tokens is not None and back.cached_tokens < 0.01 * opening.prompt_tokens
+        assert "host_cache_tokens" not in got.settings
+        assert got.measured["host_cache"] == "no"
+    assert prober.used <= plan.requests()
+
+
+def test_the_requests_it_asks_for_with_seats_are_enough() -> None:
+    # Too small a --max-requests names the least that works: with seats, that counts the
+    # pushed-out probe (2 + seats requests), so following the advice literally runs.
+    facts = ServerFacts("llama.cpp", 4, 8192)
+    with pytest.raises(FelabError, match="calibrate needs at least") as refused:
+        make_plan(facts, 5)
+    least = int(re.search(r"at least (\d+) requests", refused.value.message).group(1))  # type: ignore[union-attr]
+    assert make_plan(facts, least).push_seats == 4

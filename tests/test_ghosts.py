@@ -7,12 +7,14 @@ and a kept part is weighed again each time a prompt it was kept for leaves. So, 
 and went, once every request is gone the next one is served as on an idle server.
 
 On the virtual clock (no server, no sleeping): random openings shared by random prompts, chains
-of prompts each extending an earlier one, random block sizes, seats, seat-prefix caching,
-batches and replicas, with random hang-ups and finished replies in between.
+of prompts each extending an earlier one, random block sizes, seats, seat-prefix caching (and
+the host-memory tier behind it), batches and replicas, with random hang-ups and finished
+replies in between.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -30,7 +32,7 @@ def prompt(blocks: list[str], block: int, extra: int) -> Prompt:
 
 def random_settings(rng: random.Random) -> Settings:
     seats = rng.choice([None, 1, 2, 4])
-    return Settings(
+    s = Settings(
         block_tokens=rng.choice([16, 64, 512]),
         seats=seats,
         cache_mode="seat-prefix" if seats and rng.random() < 0.4 else "blocks",
@@ -41,6 +43,9 @@ def random_settings(rng: random.Random) -> Settings:
         prefill_attention_ns=rng.choice([0.0, 35.0]),
         seed=rng.randrange(1000),
     )
+    if s.cache_mode == "seat-prefix" and s.seed % 2:  # half of those with the host-memory tier behind
+        return dataclasses.replace(s, host_cache_tokens=4096, host_restore_us=0.3)  # (no draw more)
+    return s
 
 
 def lane_free_at(model: PracticeModel, now: float) -> float:

@@ -126,6 +126,12 @@ def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) ->
         f"less the practice server's own {f['delivery_subtracted_ms']} ms here (the twin adds it back)."
     )
     say(f"prefix cache: reused {found['cache_reuse']} ({found['cache_evidence']}).")
+    if "host_cache" in found:
+        kept = "host_cache_tokens" in profile.settings
+        say(
+            f"beyond the seats: kept {found['host_cache']} ({found['host_cache_evidence']}"
+            + ("; the twin keeps the server's -c in host memory)." if kept else ").")
+        )
     st = profile.settings
     say(
         f"after a cached opening: at least {st['cached_token_us']} µs per cached token in the prefill "
@@ -395,7 +401,8 @@ def calibrate_command(
     against uncached tokens and tokens already in context, the engine's characters per token,
     its prefix cache (whole blocks, or the longest common prefix per seat), how 4 prompts sent
     at once are prefilled, decode time per token and its slowdown with streams at once, and
-    (llama.cpp) its seats and context from GET /props. A reply with no text is sent again with
+    (llama.cpp) its seats and context from GET /props, and whether a prompt pushed out of every
+    seat comes back cached (llama-server's --cache-ram). A reply with no text is sent again with
     new text (up to a fifth more requests, counted in the total it announces); a figure that
     cannot be true stops it; a busy machine or a doubtful fit is said, and kept in the profile.
 

@@ -330,6 +330,33 @@ def cache_finding(warm: Sequence[tuple[int, int | None, float]], cold_ms: float)
     )
 
 
+@dataclass
+class HostFinding:
+    """What the pushed-out probe showed: does a prompt that left every seat come back cached?"""
+
+    kept: str
+    """"yes" (from a cache beyond the seats: llama-server's --cache-ram), "no", or "unknown"."""
+    evidence: str
+
+
+def host_finding(
+    opening_tokens: int, seats: int, back: tuple[int | None, float], cold_ms: float
+) -> HostFinding:
+    """From the return of an opening pushed out of its `seats` (cached tokens, TTFT) and its cold
+    TTFT: kept beyond the seats if most of it came back cached (or, with no cached count
+    reported, if it took under half its cold time)."""
+    cached, ttft_ms = back
+    where = f"an opening of {opening_tokens:,} tokens pushed out of {seats} seat{'s' if seats > 1 else ''}"
+    if cached is None:
+        kept = "yes" if ttft_ms < 0.5 * cold_ms else "no"
+        shown = f"came back in {ttft_ms:.0f} ms (cold {cold_ms:.0f} ms; no cached count)"
+        return HostFinding(kept, f"{where} {shown}")
+    kept = "yes" if cached >= 0.5 * opening_tokens else "no"
+    return HostFinding(
+        kept, f"{where} came back with {cached:,} tokens cached in {ttft_ms:.0f} ms (cold {cold_ms:.0f} ms)"
+    )
+
+
 BATCH_CANDIDATES: tuple[int | None, ...] = (None, 256, 512, 1024, 2048, 4096, 8192)
 """The batch sizes calibrate tries (llama.cpp's -b is 2048 by default); None: no batches, each
 prompt's first token at the end of its own prefill."""

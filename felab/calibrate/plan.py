@@ -13,6 +13,8 @@ server is too small before it sends anything.
                      little past 256, 512, 1,024 and 2,048 (a last piece of few rows: probes.rows)
     together         4 cold prompts at once, 4 times
     decode           1 stream, then 2 and 4 at once
+    pushed out       (a server with seats) an opening, one short prompt per seat, the opening again:
+                     does a prompt that left its seats come back cached (llama.cpp's --cache-ram)?
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class Plan:
     decode_streams: tuple[int, ...] = (1, 2, 4)
     rows: bool = True
     """Send the rows probe (left out of the smallest plans)."""
+    push_seats: int = 0
+    """The server's seats: the pushed-out probe sends one prompt per seat (0: no seats, no probe)."""
 
     @property
     def cold_lengths(self) -> list[int]:
@@ -62,6 +66,10 @@ class Plan:
         return probes.row_targets(self.biggest - self.rows_opening) if self.rows else []
 
     @property
+    def pushed_tokens(self) -> int:
+        return int(self.biggest * 0.3)
+
+    @property
     def together_tokens(self) -> int:
         return int(self.biggest * 0.4)
 
@@ -74,6 +82,7 @@ class Plan:
             + (3 + len(self.row_targets) if self.rows else 0)
             + self.together_rounds * self.streams
             + sum(self.decode_streams)
+            + (2 + self.push_seats if self.push_seats else 0)
         )
 
     def spare(self) -> int:
@@ -97,7 +106,8 @@ class Plan:
             else 0
         )
         together = self.together_tokens * self.streams * self.together_rounds
-        return 100 + cold + opened + rows + together + 60 * 7
+        pushed = 2 * self.pushed_tokens + probes.PUSH_TOKENS * self.push_seats if self.push_seats else 0
+        return 100 + cold + opened + rows + together + pushed + 60 * 7
 
 
 SHORTER: tuple[dict[str, Any], ...] = (
@@ -124,10 +134,10 @@ def make_plan(facts: ServerFacts, max_requests: int) -> Plan:
             f"use the profile with the context you really run (--context-tokens, --seats)."
         )
     for change in SHORTER:
-        plan = Plan(biggest, **change)
+        plan = Plan(biggest, push_seats=facts.seats or 0, **change)
         if plan.announced() <= max_requests:
             return plan
-    least = Plan(biggest, **SHORTER[-1]).announced()
+    least = Plan(biggest, push_seats=facts.seats or 0, **SHORTER[-1]).announced()
     raise FelabError(
         f"calibrate needs at least {least} requests to measure what it fits; --max-requests is "
         f"{max_requests}. Allow {least} or more."
@@ -147,11 +157,14 @@ class Measurements:
     """New parts of chosen lengths after one cached opening (empty: not measured)."""
     together: list[list[probes.Sample]] = field(default_factory=list)
     decode: dict[int, list[probes.Sample]] = field(default_factory=dict)
+    pushed: probes.Return | None = None
+    """An opening pushed out of every seat and sent again (None: no seats, not measured)."""
 
 
 def measure(p: Prober, plan: Plan, facts: ServerFacts) -> Measurements:
     """Run the plan's steps in order, with a progress line for each."""
-    n = 6 if plan.rows else 5
+    n = (6 if plan.rows else 5) + (1 if plan.push_seats else 0)
+    last = n - 1 if plan.push_seats else n  # (decode's step)
     p.say(f"  1/{n}  a first short call (does it answer, and report its prompt tokens?)")
     m = Measurements(facts, probes.first_call(p))
     p.learn_chars_per_token([m.first])
@@ -164,11 +177,14 @@ def measure(p: Prober, plan: Plan, facts: ServerFacts) -> Measurements:
     if plan.rows:
         p.say(f"  4/{n}  new parts of {len(plan.row_targets)} lengths after an opening (a small last piece)")
         m.rows = probes.rows(p, plan.rows_opening, plan.row_targets)
-    p.say(f"  {n - 1}/{n}  {plan.streams} cold prompts at once (how prefill is shared)")
+    p.say(f"  {last - 1}/{n}  {plan.streams} cold prompts at once (how prefill is shared)")
     m.together = probes.together(p, plan.together_tokens, plan.streams, plan.together_rounds)
     p.say(
-        f"  {n}/{n}  replies, {probes.DECODE_MAX_TOKENS} tokens, "
+        f"  {last}/{n}  replies, {probes.DECODE_MAX_TOKENS} tokens, "
         f"1 to {max(plan.decode_streams)} at once (decode)"
     )
     m.decode = probes.decode(p, plan.decode_streams)
+    if plan.push_seats:  # last: the prompts it sends push earlier probes' prompts out of the seats
+        p.say(f"  {n}/{n}  an opening pushed out of every seat, then sent again (a cache beyond the seats)")
+        m.pushed = probes.pushed_out(p, plan.push_seats, plan.pushed_tokens)
     return m

@@ -15,6 +15,8 @@ progress lines. The probes, in the order calibrate runs them:
                    rows read one at a time (llama.cpp on a CPU), and below what size, in pieces of what
     together       4 cold prompts at once: are they prefilled one after another, or together?
     decode         1, 2 and 4 streams at once: time per output token, and how streams share it
+    pushed_out     (with seats) an opening, other prompts that push it out of every seat, the
+                   opening again: does it come back cached (llama-server's host-memory cache)?
 """
 
 from __future__ import annotations
@@ -451,3 +453,37 @@ def delivery_ms(calls: int = 12) -> float:
             stream_once(api, local.model, prompts.fresh(200, rng), max_tokens=1).ttft_ms for _ in range(calls)
         ]
     return sorted(times)[len(times) // 2]
+
+
+PUSH_TOKENS = 200
+"""Length of each prompt that pushes the opening out of a seat: any prompt takes a seat, so a short one."""
+
+
+@dataclass
+class Return:
+    """An opening pushed out of every seat by other prompts, and its return with a new question."""
+
+    opening: Sample
+    back: Sample
+    seats: int
+
+
+def pushed_out(p: Prober, seats: int, tokens: int) -> Return:
+    """An opening of `tokens` with a question; then `seats` fresh prompts one after another: each
+    takes the seat free longest (they share nothing with any seat), so the last takes the
+    opening's, and no seat holds it any more; then the opening with another question. Cached
+    tokens in that return mean the server kept the opening beyond its seats (llama-server's
+    --cache-ram, on by default: it copies the saved prompt back into a seat); none, that it read
+    it again."""
+    text = prompts.opening(p.tokens_to_chars(tokens), p.rng)
+    first_q, back_q = p.rng.sample(prompts.QUESTIONS, 2)
+    opening = p.call(prompts.with_question(text, first_q), keep_opening=True)
+    for _ in range(seats):
+        p.call(prompts.fresh(p.tokens_to_chars(PUSH_TOKENS), p.rng))
+    back = p.call(prompts.with_question(text, back_q), keep_opening=True)
+    cached = "?" if back.cached_tokens is None else f"{back.cached_tokens:,}"
+    p.say(
+        f"    {opening.prompt_tokens:,} tokens cold {opening.ttft_ms:.0f} ms; pushed out of {seats} "
+        f"seat{'s' if seats > 1 else ''} and sent again: cached {cached}, TTFT {back.ttft_ms:.0f} ms"
+    )
+    return Return(opening, back, seats)

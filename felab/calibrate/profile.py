@@ -173,6 +173,14 @@ def decode_settings(m: Measurements, intervals: dict[int, float]) -> dict[str, f
     }
 
 
+def pushed_finding(m: Measurements) -> fit.HostFinding | None:
+    """What the pushed-out probe found (None: not sent, the server has no seats)."""
+    if m.pushed is None:
+        return None
+    o, b = m.pushed.opening, m.pushed.back
+    return fit.host_finding(o.prompt_tokens, m.pushed.seats, (b.cached_tokens, b.ttft_ms), o.ttft_ms)
+
+
 def build(
     m: Measurements,
     target: Target,
@@ -241,6 +249,10 @@ def build(
         settings["seats"] = facts.seats
     if facts.seat_context:
         settings["context_tokens"] = facts.seat_context * (facts.seats or 1)
+    host = pushed_finding(m)
+    if host is not None and host.kept == "yes" and settings.get("cache_mode") == "seat-prefix":
+        # llama.cpp keeps at least its whole context (-c), more while --cache-ram's MiB allow
+        settings["host_cache_tokens"] = settings.get("context_tokens", facts.seat_context or 0)
     shared, dropped = (
         fit.supported_batch(rounds, lambda b, s: twin_rounds(settings, delivery_ms, cold_rounds, b, s))
         if rounds
@@ -289,6 +301,7 @@ def build(
             "rows_probe": rows_evidence(m, pieces),
             "cache_reuse": cache.reuse,
             "cache_evidence": cache.evidence,
+            **({"host_cache": host.kept, "host_cache_evidence": host.evidence} if host else {}),
             "together_ttft_ms": [round(t) for r in rounds for t in sorted(r)],
             "together_twin_ms": [round(t) for r in twin_ms for t in r],
             "batch_tokens_error_pct": fit.sig(batch_err, 2)

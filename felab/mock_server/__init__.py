@@ -9,6 +9,7 @@ Read it in this order; each file holds one idea:
     cache.py     the block-hash prefix cache: PrefixCache.uncached_tokens()
     timing.py    the timing model and the prefill lane (first come, first served)
     seats.py     a replica's seats (--seats): who runs, who waits; llama.cpp's per-seat prefix
+    host_cache.py  the tier behind the seats: prompts that left them, kept in host memory (--cache-ram)
     fleet.py     replicas, how a request picks one (the prefix router's cost), their counters
     booking.py   the booking core: route, seat, look up, queue, insert, count; no HTTP
     app.py       the HTTP layer: OpenAI's routes, translated to and from the core

@@ -4,7 +4,8 @@
       1. route    the fleet picks a replica                              (fleet.py)
       2. seat     with --seats, it waits for one, first come first served (seats.py)
       3. look up  the replica's cache: how much of the prompt it holds   (cache.py;
-                  with --cache-mode seat-prefix, what its seat last read)
+                  with --cache-mode seat-prefix, what its seat last read, or a
+                  prompt saved in host memory: host_cache.py)
       4. queue    the replica's prefill lane gives the prompt its turn   (timing.py)
       5. insert   the prompt's blocks are cached, in use until its prefill ends
       6. count    the replica's counters (/metrics); the usage the client gets
@@ -37,6 +38,7 @@ from typing import Any
 
 from felab.mock_server.config import Settings
 from felab.mock_server.fleet import Fleet, Replica, Weights
+from felab.mock_server.host_cache import HostCache
 from felab.mock_server.seats import Seat, Seats
 from felab.mock_server.timing import BatchedPrefill, BatchLane, Prefill
 
@@ -69,6 +71,8 @@ class Booking:
     """The seat it holds from admission (`prefill.ready_at`) to its reply's end; None: no limit."""
     ready: float = 0.0
     """When its prefill could have started on an idle server: arrival plus the overhead."""
+    restore_s: float = 0.0
+    """What copying its prompt back from host memory takes once it has a seat (host_cache.py)."""
 
     @property
     def found_blocks(self) -> int:
@@ -143,6 +147,8 @@ class PracticeModel:
         if settings.seats is not None:
             for r in self.fleet.replicas:
                 r.seats = Seats(settings.seats, by_prefix=settings.cache_mode == "seat-prefix")
+                if settings.host_cache_tokens:  # llama-server's --cache-ram (host_cache.py)
+                    r.seats.host = HostCache(settings.host_cache_tokens // settings.block_tokens)
         if settings.batch_tokens is not None:  # first tokens at the end of batches (timing.py)
             for r in self.fleet.replicas:
                 r.lane = BatchLane(settings.batch_tokens, settings.batch_slowdown)
@@ -175,9 +181,12 @@ class PracticeModel:
             if parked:  # planned first, so that the time this one is booked is known now
                 self.on_moved(self._catch_up(self.fleet.replicas[index], now, everyone=True))
         replica = self.fleet.pick(prompt.tokens, prompt.keys, prompt.session, now, ready)
-        seat, admission, reused = None, ready, 0
+        seat, admission, reused, restore_s = None, ready, 0, 0.0
         if replica.seats is not None:  # it waits for a seat first (seats.py)
             seat, admission, reused = replica.seats.admit(ready, prompt.keys)
+            if replica.seats.host is not None:  # a prompt saved in host memory may come back
+                reused, restore_s = self._restore(replica, seat, admission, prompt.keys, reused)
+                admission += restore_s
         cached = prompt.tokens - self._uncached(replica, prompt, reused, now)
         uncached = prompt.tokens - cached
         rank = None if seat is None or replica.seats is None else replica.seats.seats.index(seat)
@@ -190,7 +199,7 @@ class PracticeModel:
         rid = f"{next(self.ids)}"
         tokens = prompt.tokens
         b = Booking(rid, replica, tokens, cached, reply_tokens, arrival, prefill, interval, prompt.keys)
-        b.seat, b.ready = seat, ready
+        b.seat, b.ready, b.restore_s = seat, ready, restore_s
         self.live[b.rid] = b
         self.planned.setdefault(replica.index, {})[b.rid] = b
         if cached:
@@ -201,6 +210,16 @@ class PracticeModel:
         replica.active_tokens += prompt.tokens + reply_tokens
         replica.stats.admit(prompt.tokens, cached)
         return b
+
+    def _restore(
+        self, replica: Replica, seat: Seat, admission: float, keys: Sequence[int], reused: int
+    ) -> tuple[int, float]:
+        """The blocks its seat holds of the prompt once the best prompt saved in host memory is
+        copied back into it (host_cache.py), and that copy's seconds, paid before its prefill."""
+        assert replica.seats is not None
+        restored = replica.seats.restore(seat, admission, keys, reused) - reused
+        seconds = self.settings.host_restore_us * 1e-6 * restored * replica.cache.block_tokens
+        return reused + restored, seconds
 
     def _uncached(self, replica: Replica, prompt: Prompt, reused: int, now: float) -> int:
         """The prompt tokens `replica` must prefill: those its cache lacks (`blocks`), or with
@@ -332,7 +351,7 @@ class PracticeModel:
             if (b := waiting.get(id(prefill))) is not None and replica.seats is not None:
                 seat, at, _ = replica.seats.admit(b.ready, b.keys)
                 b.seat = seated[id(prefill)] = seat  # the cache match it was booked with stays
-                prefill.ready_at = at
+                prefill.ready_at = at + b.restore_s  # (and its copy from host memory, if any)
                 if isinstance(prefill, BatchedPrefill):  # batches take prompts by seat
                     prefill.rank = replica.seats.seats.index(seat)
 
@@ -393,6 +412,7 @@ class PracticeModel:
             if min(s.free_at for s in seats.seats) > now and through is None and not everyone:
                 break  # no seat free yet: the reply's end (or hang-up) that frees one admits it
             seat, at, _ = seats.admit(b.ready, b.keys)  # (maybe later: its overhead, the one before)
+            at += b.restore_s  # the cache match it was booked with stays, and its copy's cost
             del parked[b.rid]
             self.planned.setdefault(replica.index, {})[b.rid] = b
             assert isinstance(b.prefill, BatchedPrefill)
@@ -422,6 +442,9 @@ class PracticeModel:
             booking.replica.cache.forget(booking.keys[kept:])
         if booking.seat is not None and booking.seat.keys is booking.keys:  # seat-prefix: what it read
             booking.seat.keys = booking.keys[:kept]
+        host = booking.replica.seats.host if booking.replica.seats is not None else None
+        if host is not None:  # saved from its seat before it hung up: only what it computed
+            host.forget(booking.keys, kept)
 
     @staticmethod
     def _rehold(bookings: list[Booking]) -> None:

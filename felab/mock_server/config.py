@@ -180,6 +180,18 @@ class Settings:
         "its parts alone (0.15: 15% longer; 0: as long); calibrate measures it from prompts sent at once",
         low=-0.5, high=2.0, column="batch slowdown", twin=True,
     )  # fmt: skip
+    host_cache_tokens: int = setting(
+        0, "with --cache-mode seat-prefix: tokens of prompts that left their seats kept in host memory "
+        "(llama-server's --cache-ram; its -c at least), restored into a seat when a prompt shares a "
+        "prefix with one, instead of read again; 0: off",
+        low=0, high=MAX_TOKENS, column="host cache tokens", twin=True,
+    )  # fmt: skip
+    host_restore_us: float = setting(
+        0.0, "with --host-cache-tokens: what copying a saved prompt back into a seat costs per token, "
+        "µs, before its prefill may start (llama-server: 1.3 ms for 3,912 tokens of 512 bytes, about "
+        "0.3; grows with the model's KV bytes a token; 0: free)",
+        low=0, column="host restore µs", twin=True,
+    )  # fmt: skip
     cache_blocks: int = setting(
         4096, "prefix-cache capacity per replica, in blocks (least recently used evicted); `unlimited`",
         low=0, words={"unlimited": UNLIMITED}, column="cache blocks",
@@ -264,6 +276,18 @@ class Settings:
             )
         if self.cache_mode == "seat-prefix" and self.seats is None:
             raise ValueError("--cache-mode seat-prefix keeps a prompt per seat: give --seats too")
+        if self.host_restore_us > 1e6 / self.prefill_tps:  # (so a request stays within its day too)
+            raise ValueError(
+                f"--host-restore-us {self.host_restore_us:g} is more than reading the token again costs "
+                f"(1e6 / --prefill-tps = {1e6 / self.prefill_tps:.3g} µs): a server would read it, not "
+                f"restore it. Give at most that."
+            )
+        if self.host_cache_tokens and self.cache_mode != "seat-prefix":
+            raise ValueError(
+                "--host-cache-tokens keeps prompts that left their seats: give --cache-mode seat-prefix "
+                "and --seats too (with --cache-mode blocks, blocks stay cached whichever request runs: "
+                "no prompt leaves a seat)"
+            )
         message = too_slow(self)
         if message:
             raise ValueError(message)

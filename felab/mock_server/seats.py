@@ -13,8 +13,13 @@ tokens (app.py refuses a longer prompt with llama.cpp's own 400 body).
 With `--cache-mode seat-prefix` (llama.cpp's cache) each seat also keeps the prompt it last
 read, and a request reuses the longest common prefix with its seat's prompt; it takes the
 free seat whose prompt shares the most with it (llama.cpp's slot similarity), else the one
-free longest. Prefixes are compared in whole blocks of `--block-tokens` tokens (the keys of
-cache.py), so a reuse is rounded down to a block: set a smaller block for a finer match.
+free longest (also when the most it shares is no more than a tenth of it, a chat template's
+few tokens: llama.cpp's --slot-prompt-similarity). Prefixes are compared in whole blocks of
+`--block-tokens` tokens (the keys of cache.py), so a reuse is rounded down to a block: set a
+smaller block for a finer match.
+With `--host-cache-tokens`, prompts that leave their seats are saved in a second tier behind
+them, llama-server's host-memory cache (`--cache-ram`), and may come back into another seat
+(`restore`; host_cache.py).
 
 Like the prefill lane, seats read no clock: the caller says what time it is.
 """
@@ -23,6 +28,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from felab.mock_server.host_cache import HostCache
+
+SIMILAR = 0.1
+"""llama.cpp's --slot-prompt-similarity: a seat whose prompt covers more than this share of the
+new one is chosen for it (else the one free longest)."""
+KEEP_IN_SEAT = 0.5
+"""A seat so chosen that keeps at least this share of its prompt is used as it is, with no look
+in the host cache (llama.cpp looks only when a seat would lose most of what it holds)."""
 
 
 @dataclass(eq=False)
@@ -54,6 +68,8 @@ class Seats:
     """Choose among free seats by the prefix their last prompt shares (seat-prefix mode)."""
     seats: list[Seat] = field(default_factory=list)
     last_admission: float = 0.0
+    host: HostCache | None = None
+    """The host-memory tier behind the seats (seat-prefix mode with --host-cache-tokens)."""
 
     def __post_init__(self) -> None:
         self.seats = self.seats or [Seat() for _ in range(self.count)]
@@ -67,6 +83,8 @@ class Seats:
             return min(free, key=lambda s: s.free_at), at, 0
         shared = [common_blocks(keys, s.keys) for s in free]
         best = max(range(len(free)), key=lambda i: (shared[i], -free[i].free_at))
+        if shared[best] and shared[best] <= SIMILAR * len(keys):  # (a chat template's few tokens)
+            best = min(range(len(free)), key=lambda i: free[i].free_at)  # not similar: free longest
         return free[best], at, shared[best]
 
     def hold(
@@ -76,3 +94,19 @@ class Seats:
         seat.free_at, self.last_admission, seat.holder = until, admission, holder
         if self.by_prefix:
             seat.keys = keys
+
+    def restore(self, seat: Seat, at: float, keys: Sequence[int], shared: int) -> int:
+        """With a host cache: the leading blocks of `keys` the seat holds once its prompt is saved
+        and the best saved prompt copied in (`shared`, what its own prompt shares, if none is
+        better or the seat keeps most of its prompt); then every other seat free at `at` is saved
+        too (llama.cpp's --cache-idle-slots, on by default). Called once, as a request is booked."""
+        if self.host is None:
+            return shared
+        similar = shared > SIMILAR * len(keys) and shared >= KEEP_IN_SEAT * len(seat.keys)
+        if not similar:  # chosen as the free seat with most in common, or the one free longest
+            self.host.save(seat.keys)
+            shared = self.host.load(keys, seat.keys, shared)
+        for other in self.seats:
+            if other is not seat and other.free_at <= at:
+                self.host.save(other.keys)
+        return shared
