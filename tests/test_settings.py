@@ -93,7 +93,8 @@ def test_a_sweep_refuses_an_empty_item_instead_of_dropping_it() -> None:
 
 TWIN = {
     "prefill_attention_ns", "decode_slowdown", "cached_token_us", "decode_context_ns", "ubatch_tokens",
-    "tile_tokens", "untiled_ns", "chars_per_token", "batch_slowdown",
+    "tile_tokens", "untiled_ns", "chars_per_token", "batch_slowdown", "host_cache_tokens",
+    "host_restore_us",
 }  # fmt: skip
 """The settings only `felab calibrate` writes: no lesson, lab page or README types them."""
 
@@ -123,9 +124,10 @@ def test_help_lists_no_twin_setting_and_help_twin_lists_each() -> None:
 TWIN_VALUES = Settings(
     prefill_attention_ns=35.3, decode_slowdown=0.477, cached_token_us=2.5, decode_context_ns=623.0,
     ubatch_tokens=512, tile_tokens=64, untiled_ns=560.0, chars_per_token=3.87, batch_tokens=2048,
-    batch_slowdown=0.05,
+    batch_slowdown=0.05, cache_mode="seat-prefix", seats=4, host_cache_tokens=32768, host_restore_us=0.3,
 )  # fmt: skip
-"""A llama.cpp twin's terms (docs/runs/2026-12-01-calibrate-llamacpp-tiny-final.toml's, with the rows)."""
+"""A llama.cpp twin's terms (docs/runs/2026-12-01-calibrate-llamacpp-tiny-final.toml's, with the rows,
+and llama-server's host-memory cache)."""
 
 
 def probe_command(seen: list[Settings]) -> click.Command:
@@ -147,7 +149,7 @@ def test_each_twin_setting_still_works_as_a_flag() -> None:
 def test_each_twin_setting_still_works_in_a_profile(tmp_path: Path) -> None:
     lines = [f"{f.name} = {getattr(TWIN_VALUES, f.name)!r}" for f in fields() if f.name in TWIN]
     profile = tmp_path / "twin.toml"
-    settings = "\n".join(["batch_tokens = 2048", *lines])
+    settings = "\n".join(["batch_tokens = 2048", 'cache_mode = "seat-prefix"', "seats = 4", *lines])
     profile.write_text(f"[profile]\nschema = 2\n\n[settings]\n{settings}\n\n{END_LINE}\n")
     seen: list[Settings] = []
     out = CliRunner().invoke(probe_command(seen), ["--profile", str(profile)])
