@@ -7,14 +7,20 @@ message gives advice, follows it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import KIT
+from conftest import KIT, LESSON06, PREFIX_BENCH, run_script
+
+from felab.mock_server.launch import practice_server, wait_until_serving
 
 LABS = KIT / "03-labs"
 
@@ -75,3 +81,97 @@ def test_a_shipped_profile_typed_in_the_lab_book_folder_is_found() -> None:
     from felab.mock_server.profile import read_settings
 
     assert read_settings(LABS / "data" / "profiles" / "lesson-mac.toml")["seats"] == 4
+
+
+# ── Advice keeps the twin (point 4) ───────────────────────────────────────────
+
+
+def small_seated_twin(folder: Path) -> Path:
+    """The lesson's example Mac with 4 seats of 2,048 tokens: lesson 06's opening does not fit one."""
+    text = (KIT / "data" / "profiles" / "lesson-mac.toml").read_text(encoding="utf-8")
+    path = folder / "small-mac.toml"
+    path.write_text(text.replace("context_tokens = 16384", "context_tokens = 8192"), encoding="utf-8")
+    return path
+
+
+def twin_served(url: str) -> dict[str, Any] | None:
+    """What GET /v1/models says of the twin the server at `url` serves."""
+    with urllib.request.urlopen(f"{url}/models", timeout=10) as reply:
+        return json.loads(reply.read())["data"][0].get("felab_twin")
+
+
+def test_a_twin_says_which_twin_it_is(tmp_path: Path) -> None:
+    profile = small_seated_twin(tmp_path)
+    with practice_server("--profile", str(profile)) as url:
+        said = twin_served(url)
+    assert said is not None and said["name"] == "small-mac" and said["path"] == str(profile.resolve())
+    assert said["engine"] == "llama.cpp (the lesson's example Mac)"
+    with practice_server() as url:
+        assert twin_served(url) is None  # the plain practice server
+
+
+def test_the_seat_advice_followed_literally_serves_the_same_twin(tmp_path: Path) -> None:
+    profile = small_seated_twin(tmp_path)
+    with practice_server("--profile", str(profile)) as url:
+        out = run_script(PREFIX_BENCH, "--target", "mock", "--base-url", url, "--quick")
+    said = " ".join(out.stderr.split())
+    assert out.returncode == 2 and "does not fit a seat of the practice server" in said, said
+    command = next(c for c in backticked(said) if "mock_server" in c)
+    port = url.split(":")[2].split("/")[0]
+    profile_here = os.path.relpath(profile, LESSON06)
+    kept = f"--profile {profile_here} --seats 4 --context-tokens 16384 --port {port}"
+    assert command.endswith(kept), command
+    proc = subprocess.Popen(shlex.split(command), cwd=LESSON06, stdout=subprocess.DEVNULL)  # as typed
+    try:
+        wait_until_serving(url, proc)
+        served = twin_served(url)
+        assert served is not None and served["name"] == "small-mac", "it serves the twin, not the plain one"
+        again = run_script(PREFIX_BENCH, "--target", "mock", "--base-url", url, "--quick")
+        assert again.returncode == 0, again.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def start_on(port: int, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "felab.mock_server", "--port", str(port), *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_twin_asked_for_where_the_plain_server_runs_names_both_and_serves_the_twin_elsewhere(
+    tmp_path: Path,
+) -> None:
+    profile = small_seated_twin(tmp_path)
+    with practice_server() as url:
+        port = int(url.split(":")[2].split("/")[0])
+        out = start_on(port, "--profile", str(profile))
+    said = " ".join(out.stderr.split())
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "Use that one as it is" not in said  # it is not the twin
+    assert "it is the plain practice server (no profile), not the twin from profile small-mac" in said, said
+    command = next(c for c in backticked(said) if "mock_server" in c)
+    assert f"--profile {os.path.relpath(profile, Path.cwd())} --port " in command
+    other = int(command.rsplit(" ", 1)[1])
+    proc = subprocess.Popen(shlex.split(command), stdout=subprocess.DEVNULL)  # as typed, in this folder
+    try:
+        wait_until_serving(f"http://127.0.0.1:{other}/v1", proc)
+        served = twin_served(f"http://127.0.0.1:{other}/v1")
+        assert served is not None and served["name"] == "small-mac"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_the_same_twin_on_the_port_is_used_as_it_is_and_a_twin_there_is_named(tmp_path: Path) -> None:
+    profile = small_seated_twin(tmp_path)
+    with practice_server("--profile", str(profile)) as url:
+        port = int(url.split(":")[2].split("/")[0])
+        same = " ".join(start_on(port, "--profile", str(profile)).stderr.split())
+        plain = " ".join(start_on(port).stderr.split())
+    assert "a practice server already runs there" in same and "Use that one as it is" in same
+    assert "it is the twin from profile small-mac, of llama.cpp" in plain
+    assert "not the plain practice server (no profile) you asked for" in plain

@@ -18,6 +18,7 @@ from felab.engine_families.family import (
     restart_with,
     root_of,
 )
+from felab.mock_server.twin import Twin, reported
 from felab.paths import from_here
 
 if TYPE_CHECKING:
@@ -32,13 +33,16 @@ def start_on(port: int) -> str:
 
 
 def fit_context(target: Target, over: Overflow, request_chars: int) -> str:
-    """Room for the prompt: a larger --context-tokens; with --seats, the same seats, each larger."""
+    """Room for the prompt: a larger --context-tokens; with --seats, the same seats, each larger.
+    A twin (started with --profile) is restarted with the same profile: the flags after it win."""
     port = ENGINE.moved_port(target.base_url)
     on_port = f" --port {port}" if port else ""  # the address this run used, not the usual one
+    twin = _twin(target)
+    server = f"{from_here(SERVER)} {twin.profile_flag()}" if twin else from_here(SERVER)
     seats = _seats(target)
     if seats is None or over.limit is None:
         return restart_with(
-            target, over, request_chars, lambda size: f"{from_here(SERVER)} --context-tokens {size}{on_port}"
+            target, over, request_chars, lambda size: f"{server} --context-tokens {size}{on_port}"
         )
     seat = fits(max(over.prompt_tokens or 0, over.limit + 1))
     prompt = f"{over.prompt_tokens:,}" if over.prompt_tokens else "more"
@@ -46,7 +50,7 @@ def fit_context(target: Target, over: Overflow, request_chars: int) -> str:
         f"The prompt ({prompt} tokens) does not fit a seat of the practice server at "
         f"{target.base_url} ({over.limit:,} tokens): it splits its context evenly between its {seats} seats "
         f"({over.limit * seats:,} in all), as llama.cpp does. Stop it (Ctrl+C in its terminal) and start "
-        f"it with seats of {seat:,}: `{from_here(SERVER)} --seats {seats} "
+        f"it with seats of {seat:,}: `{server} --seats {seats} "
         f"--context-tokens {seat * seats}{on_port}`. Then run this again."
     )
 
@@ -57,10 +61,19 @@ def _seats(target: Target) -> int | None:
     return as_int(props.get("total_slots")) if isinstance(props, dict) else None
 
 
+def _twin(target: Target) -> Twin | None:
+    """The twin the practice server at the target serves (its GET /v1/models says, twin.py), or None."""
+    listed = get_json(f"{target.base_url}/models")
+    data = listed.get("data") if isinstance(listed, dict) else None
+    return reported(data[0]) if isinstance(data, list) and data else None
+
+
 def forget_cache(target: Target) -> str:
+    twin = _twin(target)
+    again = f"make mock PROFILE={twin.profile_flag().removeprefix('--profile ')}" if twin else "make mock"
     return (
         f"empty its cache with `curl -X POST {root_of(target)}/admin/reset` (or restart it: Ctrl+C in its "
-        f"terminal, then `{from_here('make mock')}`)"
+        f"terminal, then `{from_here(again)}`)"
     )
 
 
