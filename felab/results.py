@@ -30,6 +30,19 @@ How a row is written, and what survives a kill:
     network filesystem (NFS, SMB) neither is promised. An unfinished last line the next
     record() cuts off is lost: it was never a whole row.
 
+Each row says which server it measured, as that server reports it. `resolve()` (connect.py)
+asks a local server's `GET /v1/models` and `note_served()` keeps the answer, per target, for
+this run; `record()` then writes, in every row of that target:
+
+    model          the model the server reports (llama.cpp serves its file whatever name was
+                   asked: `--model llama-3.1-8b` is recorded as the model it runs)
+    model_asked    the name the run asked for, only when the server reported another
+    profile        a practice server started with `--profile`: the twin's profile name
+    profile_engine ... and the engine that profile was measured on
+
+so a twin's rows are never taken for the plain practice server's (course/numbers.py groups
+by `profile`), and a run against another model than asked is seen as one.
+
 A row is flushed to disk (fsync) before `record()` returns, so an interrupted run keeps
 every row it recorded. No key is ever written: every string in the row goes through
 `redact()` first. A folder that cannot be written (permissions, a full disk, a path that is
@@ -81,12 +94,44 @@ def results_path(key: str) -> Path:
     return results_dir() / f"{key}.jsonl"
 
 
+SERVED: dict[str, tuple[str, dict[str, Any]]] = {}
+"""Per target name: the model this run asked for, and what its server reported (`note_served`)."""
+
+
+def note_served(target: str, asked: str, models: list[dict[str, Any]] | None) -> None:
+    """Keep what `target`'s server listed at GET /v1/models (None: it did not say) for the rows
+    this run records for it: the model it reports, and the twin's profile if it is one."""
+    if models is None:
+        SERVED.pop(target, None)
+        return
+    ids = [m.get("id") for m in models if isinstance(m.get("id"), str)]
+    card = next((m for m in models if m.get("id") == asked), models[0] if len(models) == 1 else None)
+    fields: dict[str, Any] = {}
+    if asked not in ids and len(ids) == 1:  # llama.cpp answers as its one model, whatever was asked
+        fields = {"model": ids[0], "model_asked": asked}
+    elif asked not in ids and ids:
+        fields = {"model_asked": asked, "model_listed": False}  # none of several: not what it serves
+    twin = card.get("felab_twin") if card else None  # felab/mock_server/twin.py
+    if isinstance(twin, dict) and isinstance(twin.get("name"), str):
+        fields["profile"] = twin["name"]
+        fields["profile_engine"] = twin.get("engine") if isinstance(twin.get("engine"), str) else None
+    SERVED[target] = (asked, fields)
+
+
+def served_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """What the row's server reported (see `note_served`), for a row that names the model asked."""
+    asked, fields = SERVED.get(row["target"], (None, {}))
+    return fields if row.get("model") == asked else {}
+
+
 def record(key: str, row: dict[str, Any]) -> Path:
-    """Append `row` (which must name its `target` and `model`) with a UTC timestamp."""
+    """Append `row` (which must name its `target` and `model`) with a UTC timestamp, and what its
+    server reported it serves (the module's docstring)."""
     missing = [k for k in ("target", "model") if k not in row]
     if missing:
         raise ValueError(f"a recorded row needs {', '.join(missing)}")
     path = results_path(key)
+    row = {**row, **served_fields(row)}
     line = redact_all({"ts": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **row})
     data = (json.dumps(line, ensure_ascii=False) + "\n").encode()
     try:

@@ -18,9 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KIT, LESSON06, PREFIX_BENCH, run_script
+from conftest import KIT, LESSON06, PREFIX_BENCH, run_felab, run_script
+from fake_llamacpp import MODEL_PATH as LLAMACPP_MODEL
+from fake_llamacpp import fake_llamacpp
 
+from felab.course import forms, numbers
 from felab.mock_server.launch import practice_server, wait_until_serving
+from felab.results import read_records
 
 LABS = KIT / "03-labs"
 
@@ -175,3 +179,167 @@ def test_the_same_twin_on_the_port_is_used_as_it_is_and_a_twin_there_is_named(tm
     assert "a practice server already runs there" in same and "Use that one as it is" in same
     assert "it is the twin from profile small-mac, of llama.cpp" in plain
     assert "not the plain practice server (no profile) you asked for" in plain
+
+
+# ── A twin's numbers are a twin's (point 3) ───────────────────────────────────
+
+
+def fast_twin(folder: Path) -> Path:
+    """The lesson's example Mac, reading 50,000 tokens a second: a twin whose runs take a moment."""
+    text = (KIT / "data" / "profiles" / "lesson-mac.toml").read_text(encoding="utf-8")
+    path = folder / "fast-mac.toml"
+    path.write_text(text.replace("prefill_tps = 1050.0", "prefill_tps = 50000.0"), encoding="utf-8")
+    return path
+
+
+def test_a_twins_runs_are_recorded_as_the_twins_and_shown_as_their_own_rows(
+    isolated: Path, tmp_path: Path
+) -> None:
+    with practice_server() as url:
+        plain = run_script(PREFIX_BENCH, "--target", "mock", "--base-url", url, "--quick")
+    with practice_server("--profile", str(fast_twin(tmp_path))) as url:
+        twin = run_script(PREFIX_BENCH, "--target", "mock", "--base-url", url, "--quick")
+    assert plain.returncode == 0 and twin.returncode == 0, plain.stderr + twin.stderr
+    rows = read_records("06-prefix")
+    assert [r.get("profile") for r in rows] == [None, "fast-mac"]
+    assert rows[1]["profile_engine"] == "llama.cpp (the lesson's example Mac)" and rows[1]["quick"] is True
+
+    found = numbers.collect()["06-prefix"]
+    assert len(found) == 2, "the twin's run does not replace the practice server's"
+    out = run_felab("numbers")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert any(line.startswith("mock, twin fast-mac ") for line in lines), out.stdout
+    assert any(line.startswith("mock ") and "twin" not in line for line in lines), out.stdout
+
+
+def test_the_model_recorded_is_the_one_the_server_reports(isolated: Path) -> None:
+    with fake_llamacpp("ok") as url:
+        out = run_script(
+            PREFIX_BENCH, "--target", "llamacpp", "--base-url", url, "--model", "llama-3.1-8b", "--quick"
+        )
+    assert out.returncode == 0, out.stderr
+    (row,) = read_records("06-prefix")
+    assert row["model"] == LLAMACPP_MODEL and row["model_asked"] == "llama-3.1-8b"
+    assert "profile" not in row
+
+
+def prefix_row(ts: str, first: float, **more: Any) -> dict[str, Any]:
+    return {
+        "ts": ts,
+        "target": "llamacpp",
+        "model": "m.gguf",
+        "order": "stable-first",
+        "first_ms": first,
+        "rest_p50_ms": 36.0,
+        "speedup_x": first / 36.0,
+        "warm_start": False,
+        **more,
+    }
+
+
+def write(results: Path, *rows: dict[str, Any]) -> None:
+    results.mkdir(parents=True, exist_ok=True)
+    with (results / "06-prefix.jsonl").open("a", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+def test_the_page_takes_the_lessons_step_and_says_which_run(isolated: Path) -> None:
+    write(
+        isolated,
+        prefix_row("2026-12-02T10:00:00+00:00", 740.0, quick=False),
+        prefix_row("2026-12-02T10:05:00+00:00", 555.0, quick=True),  # later, but --quick
+    )
+    field = numbers.declared()["06-prefix-caching"][0]
+    got = numbers.measured(field.source)
+    assert got is not None and got["value"] == "740 / 36"
+    assert got["run"] == "the stable-first run of 2026-12-02 10:00 UTC"
+    assert "2026-12-02 10:05 UTC is left out: it was a --quick run" in got["note"]
+    form = " ".join(forms.numbers_form("06-prefix-caching", numbers.declared()["06-prefix-caching"]).split())
+    assert "Filled from your run: the stable-first run of 2026-12-02 10:00 UTC on llamacpp" in form
+    assert "is left out: it was a --quick run" in form
+
+    write(
+        isolated, prefix_row("2026-12-02T10:10:00+00:00", 650.0, model="m.gguf", model_asked="llama-3.1-8b")
+    )
+    got = numbers.measured(field.source)
+    assert got is not None and got["value"] == "650 / 36"  # llama.cpp ran its model: the figure stands
+    assert "The server ran m.gguf, though the run asked for llama-3.1-8b." in got["note"]
+
+
+def test_a_page_field_never_takes_a_twins_run() -> None:
+    source = numbers.Source("06-prefix", {"target": "mock", "order": "stable-first"}, ("first_ms",))
+    twin_row = {**prefix_row("2026-12-02T10:00:00+00:00", 90.0), "target": "mock", "profile": "fast-mac"}
+    assert numbers.left_out(twin_row, source) == "it ran on a twin (profile fast-mac), not on mock itself"
+    assert numbers.left_out({**twin_row, "profile": None}, source) is None
+
+
+# ── The course page's errata, for the instructor (point 10) ───────────────────
+
+PAGE = """Prefix caching
+
+lesson 06 · lessons/06-prefix-caching
+
+Run python prefix_bench.py --target mock --fast and read results/06-prefix.jsonl.
+Stuck? pkill -f felab.mock_server, then make mock & and make warp-speed.
+See serve_everything.sh.
+
+Code in this step
+
+prefix_bench.py Python · 3 lines
+
+1
+\"\"\"Lesson 06: prefix caching, measured on an agent-shaped workload.
+2
+print("an old line")
+3
+print("another")
+"""
+
+
+def test_course_errata_name_each_difference_from_the_kit(tmp_path: Path) -> None:
+    from felab.course import errata
+
+    page = tmp_path / "lesson-06-prefix-caching.txt"
+    page.write_text(PAGE, encoding="utf-8")
+    found = {(e.kind, e.page) for e in errata.errata(page, KIT)}
+    assert ("command", "pkill -f felab.mock_server") in found
+    assert ("command", "make warp-speed") in found and ("command", "make mock") not in found
+    assert ("command", "python prefix_bench.py ... --fast") in found  # it has no --fast
+    assert ("file name", "serve_everything.sh") in found
+    assert ("file name", "results/06-prefix.jsonl") not in found  # a run writes it
+    listing = next(e for e in errata.errata(page, KIT) if e.kind == "code listing")
+    assert listing.page == "prefix_bench.py: 3 lines" and "(the first at line 2)" in listing.kit
+    step = next(e for e in errata.errata(page, KIT) if e.kind == "missing step")
+    assert (
+        "`make calibrate`" in step.kit
+        and "`make mock PROFILE=results/profiles/llamacpp-DATE.toml`" in step.kit
+    )
+
+
+def test_make_course_errata_reads_the_page_it_is_given(tmp_path: Path) -> None:
+    page = tmp_path / "lesson-06-prefix-caching.txt"
+    page.write_text(PAGE, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(KIT)}
+    out = subprocess.run(
+        ["make", "-s", "course-errata", f"PAGES={page}", f"PY={sys.executable}", "STAMP="],
+        cwd=LABS,  # typed in the lab book's folder: its Makefile passes it on
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert (
+        out.stdout.startswith("lesson-06-prefix-caching.txt: ") and "pkill -f felab.mock_server" in out.stdout
+    )
+    missing = subprocess.run(
+        ["make", "-s", "course-errata", "PAGES=no-such-page.txt", f"PY={sys.executable}", "STAMP="],
+        cwd=KIT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert missing.returncode != 0 and "Traceback" not in missing.stderr
+    assert "no course page at no-such-page.txt" in missing.stderr
