@@ -343,3 +343,13 @@ def test_make_course_errata_reads_the_page_it_is_given(tmp_path: Path) -> None:
     )
     assert missing.returncode != 0 and "Traceback" not in missing.stderr
     assert "no course page at no-such-page.txt" in missing.stderr
+
+
+def test_a_warm_twins_advice_restarts_the_same_twin(tmp_path: Path) -> None:
+    profile = fast_twin(tmp_path)
+    with practice_server("--profile", str(profile)) as url:
+        run_script(PREFIX_BENCH, "--target", "mock", "--base-url", url, "--quick")
+        again = run_script(PREFIX_BENCH, "--target", "mock", "--base-url", url, "--quick")
+    said = " ".join(again.stdout.split())
+    assert again.returncode == 0 and "call 1 was not cold" in said, said
+    assert f"make -C ../.. mock PROFILE={os.path.relpath(profile, LESSON06)}" in backticked(said)
