@@ -54,7 +54,7 @@ copy from another machine): `iter_records()` reads a line at a time (memory boun
 row, at most MAX_ROW_BYTES), keeps every good line and skips each bad one, naming it on
 stderr once per run (`results/06-prefix.jsonl:7: skipped, not JSON ...`). A row is good when
 it is a JSON object whose fields the kit groups by are strings: `target` (always there), and
-`model`, `order`, `ts` when present (`model` and `order` may be null).
+`model`, `order`, `ts`, `profile` when present (`model`, `order` and `profile` may be null).
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ def not_recorded(path: Path, exc: OSError, data: bytes) -> NotRecorded:
     )
 
 
-TEXT_FIELDS = {"target": False, "model": True, "order": True, "ts": False}
+TEXT_FIELDS = {"target": False, "model": True, "order": True, "ts": False, "profile": True}
 """Fields read as text (grouped by, compared, shown): each must be a string; True: null allowed too."""
 
 _told: set[tuple[str, int]] = set()
