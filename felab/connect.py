@@ -55,7 +55,7 @@ def resolve(args: argparse.Namespace) -> Target:
         model = served_model(target)
     resolved = Target(name, base_url, model, api_key, spec.paid, spec.key_env)
     if not spec.paid:  # what a local server says it serves is what its rows record (results.py)
-        note_served(name, model, reported_models(resolved))
+        note_served(name, base_url, model, reported_models(resolved))
     return resolved
 
 

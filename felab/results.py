@@ -40,8 +40,15 @@ this run; `record()` then writes, in every row of that target:
     profile        a practice server started with `--profile`: the twin's profile name
     profile_engine ... and the engine that profile was measured on
 
+    during         `calibrate` when a calibration was sending to the same server while this
+                   run did (its requests share the server's seats and cache: a variable-first
+                   run measured 2.5 where 1.0 is expected), so the page leaves the run out
+
 so a twin's rows are never taken for the plain practice server's (course/numbers.py groups
-by `profile`), and a run against another model than asked is seen as one.
+by `profile`), and a run against another model than asked is seen as one. `busy()` is how
+calibrate says it is sending: a small file under `results/.busy/` while it runs, named by its
+process id, so a calibration that was killed leaves a file no live process owns, and it is
+passed over.
 
 A row is flushed to disk (fsync) before `record()` returns, so an interrupted run keeps
 every row it recorded. No key is ever written: every string in the row goes through
@@ -59,6 +66,7 @@ it is a JSON object whose fields the kit groups by are strings: `target` (always
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import fcntl
 import json
@@ -94,15 +102,68 @@ def results_path(key: str) -> Path:
     return results_dir() / f"{key}.jsonl"
 
 
-SERVED: dict[str, tuple[str, dict[str, Any]]] = {}
-"""Per target name: the model this run asked for, and what its server reported (`note_served`)."""
+SERVED: dict[str, tuple[str, str, dict[str, Any]]] = {}
+"""Per target name: the model this run asked for, its server's address, and what it reported
+(`note_served`)."""
 
 
-def note_served(target: str, asked: str, models: list[dict[str, Any]] | None) -> None:
+def busy_dir() -> Path:
+    return results_dir() / ".busy"
+
+
+@contextlib.contextmanager
+def busy(what: str, base_url: str) -> Iterator[None]:
+    """While the block runs, `what` (calibrate) is sending to the server at `base_url`: a lesson
+    run recorded against the same server meanwhile says so (`during`). Best effort: a folder
+    that cannot be written marks nothing."""
+    path = busy_dir() / f"{os.getpid()}.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"what": what, "base_url": base_url}), encoding="utf-8")
+    except OSError:
+        pass
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def busy_with(base_url: str) -> str | None:
+    """What another live process is sending to the server at `base_url` now (`busy`), or None."""
+    folder = busy_dir()
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        pid = int(path.stem) if path.stem.isdigit() else 0
+        if pid == os.getpid() or not alive(pid):
+            continue
+        try:
+            mark = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(mark, dict) and mark.get("base_url") == base_url and isinstance(mark.get("what"), str):
+            return mark["what"]
+    return None
+
+
+def alive(pid: int) -> bool:
+    """Whether a process with this id runs (signal 0 checks without sending anything)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        return True
+    return True
+
+
+def note_served(target: str, base_url: str, asked: str, models: list[dict[str, Any]] | None) -> None:
     """Keep what `target`'s server listed at GET /v1/models (None: it did not say) for the rows
-    this run records for it: the model it reports, and the twin's profile if it is one."""
+    this run records for it: the model it reports, and the twin's profile if it is one; and
+    whether a calibration is sending to it as the run starts (`busy_with`)."""
+    during = busy_with(base_url)
     if models is None:
-        SERVED.pop(target, None)
+        SERVED[target] = (asked, base_url, {"during": during} if during else {})
         return
     ids = [m.get("id") for m in models if isinstance(m.get("id"), str)]
     card = next((m for m in models if m.get("id") == asked), models[0] if len(models) == 1 else None)
@@ -115,13 +176,21 @@ def note_served(target: str, asked: str, models: list[dict[str, Any]] | None) ->
     if isinstance(twin, dict) and isinstance(twin.get("name"), str):
         fields["profile"] = twin["name"]
         fields["profile_engine"] = twin.get("engine") if isinstance(twin.get("engine"), str) else None
-    SERVED[target] = (asked, fields)
+    if during:
+        fields["during"] = during
+    SERVED[target] = (asked, base_url, fields)
 
 
 def served_fields(row: dict[str, Any]) -> dict[str, Any]:
-    """What the row's server reported (see `note_served`), for a row that names the model asked."""
-    asked, fields = SERVED.get(row["target"], (None, {}))
-    return fields if row.get("model") == asked else {}
+    """What the row's server reported (see `note_served`), for a row that names the model asked;
+    `during` if a calibration sent to it as the run started or sends now, as it is recorded."""
+    if row["target"] not in SERVED:
+        return {}
+    asked, base_url, fields = SERVED[row["target"]]
+    if row.get("model") != asked:
+        return {}
+    during = fields.get("during") or busy_with(base_url)
+    return {**fields, **({"during": during} if during else {})}
 
 
 def record(key: str, row: dict[str, Any]) -> Path:

@@ -353,3 +353,49 @@ def test_a_warm_twins_advice_restarts_the_same_twin(tmp_path: Path) -> None:
     said = " ".join(again.stdout.split())
     assert again.returncode == 0 and "call 1 was not cold" in said, said
     assert f"make -C ../.. mock PROFILE={os.path.relpath(profile, LESSON06)}" in backticked(said)
+
+
+# ── A run made while calibrate sends to the same server (issue 29, "Also:") ────
+
+HOLD_BUSY = """
+import sys, time
+from felab.results import busy
+with busy("calibrate", sys.argv[1]):
+    print("busy", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_run_made_during_calibrate_is_recorded_so_and_left_out_of_the_page(isolated: Path) -> None:
+    with practice_server() as url:
+        calibrating = subprocess.Popen(
+            [sys.executable, "-c", HOLD_BUSY, url], stdout=subprocess.PIPE, text=True, env=dict(os.environ)
+        )
+        try:
+            assert calibrating.stdout is not None and calibrating.stdout.readline() == "busy\n"
+            during = run_script(PREFIX_BENCH, "--target", "mock", "--base-url", url)
+        finally:
+            calibrating.terminate()
+            calibrating.wait(timeout=10)
+        alone = run_script(PREFIX_BENCH, "--target", "mock", "--base-url", url, "--order", "variable-first")
+    assert during.returncode == 0 and alone.returncode == 0, during.stderr + alone.stderr
+    first, second = read_records("06-prefix")
+    assert first["during"] == "calibrate" and "during" not in second  # its process ended: nothing is busy
+    source = numbers.Source("06-prefix", {"target": "mock", "order": "stable-first"}, ("first_ms",))
+    assert numbers.measured(source) is None  # the only stable-first run shared the server
+    assert numbers.left_out(first, source) == (
+        "it ran while calibrate was sending to the same server: run the step again alone"
+    )
+
+
+def test_a_calibration_that_died_marks_nothing(isolated: Path) -> None:
+    from felab.results import busy_dir, busy_with
+
+    busy_dir().mkdir(parents=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    (busy_dir() / f"{dead.stdout.strip()}.json").write_text(
+        '{"what": "calibrate", "base_url": "http://x/v1"}'
+    )
+    assert busy_with("http://x/v1") is None

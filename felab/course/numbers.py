@@ -135,11 +135,13 @@ def left_out(row: dict[str, Any], source: Source) -> str | None:
     """Why a run that matches a field's `where` is not the lesson's step, or None if it is.
 
     A twin's run (its `profile`) is the twin's, not the server the field names; a `--quick` run
-    has 3 questions, not the step's 12."""
+    has 3 questions, not the step's 12; a run `during` a calibration shared the server with it."""
     if row.get("profile") is not None and "profile" not in source.where:
         return f"it ran on a twin (profile {row['profile']}), not on {row.get('target')} itself"
     if row.get("quick") is True:
         return "it was a --quick run (3 calls, not the lesson's 12): run the step without --quick"
+    if isinstance(row.get("during"), str):
+        return f"it ran while {row['during']} was sending to the same server: run the step again alone"
     return None
 
 
