@@ -282,7 +282,7 @@ lesson 06 · lessons/06-prefix-caching
 
 Run python prefix_bench.py --target mock --fast and read results/06-prefix.jsonl.
 Stuck? pkill -f felab.mock_server, then make mock & and make warp-speed.
-See serve_everything.sh.
+See serve_everything.sh and felab/mock_server.py.
 
 Code in this step
 
@@ -307,6 +307,8 @@ def test_course_errata_name_each_difference_from_the_kit(tmp_path: Path) -> None
     assert ("command", "make warp-speed") in found and ("command", "make mock") not in found
     assert ("command", "python prefix_bench.py ... --fast") in found  # it has no --fast
     assert ("file name", "serve_everything.sh") in found
+    moved = next(e for e in errata.errata(page, KIT) if e.page == "felab/mock_server.py")
+    assert moved.kit.endswith("it is now a package, felab/mock_server/")
     assert ("file name", "results/06-prefix.jsonl") not in found  # a run writes it
     listing = next(e for e in errata.errata(page, KIT) if e.kind == "code listing")
     assert listing.page == "prefix_bench.py: 3 lines" and "(the first at line 2)" in listing.kit

@@ -121,10 +121,26 @@ def file_errata(text: str, kit: Path, folder: Path | None) -> list[Erratum]:
     for name in dict.fromkeys(FILE_NAME.findall(prose)):
         if name.startswith(written) or any((p / name).exists() for p in places):
             continue
-        if any(kit.rglob(Path(name).name)):  # the file exists, elsewhere than the page says
+        if any(found for d in shipped(kit) for found in d.rglob(Path(name).name)):  # elsewhere than said
             continue
-        missing.append(Erratum("file name", name, "no file of that name in the kit"))
+        missing.append(Erratum("file name", name, now_where(name, kit)))
     return missing
+
+
+def now_where(name: str, kit: Path) -> str:
+    """What the kit has in place of a file it lacks: a package of that name (`felab/mock_server.py`
+    became `felab/mock_server/`), or nothing."""
+    stem = Path(name).with_suffix("")
+    found = (p for d in shipped(kit) for p in d.rglob(stem.name))
+    packages = sorted(p for p in found if p.is_dir() and (p / "__init__.py").is_file())
+    if packages:
+        return f"no file of that name in the kit: it is now a package, {packages[0].relative_to(kit)}/"
+    return "no file of that name in the kit"
+
+
+def shipped(kit: Path) -> list[Path]:
+    """The kit's own folders, searched for a file a page names (not .venv, results/ or build/)."""
+    return [kit / d for d in ("felab", "lessons", "data", "docs", "course", "scripts") if (kit / d).is_dir()]
 
 
 def make_targets(kit: Path) -> set[str]:
