@@ -70,16 +70,16 @@ calibrate: $(call EXTRA,plot) ## measure a server, write a profile for the pract
 numbers: $(call EXTRA,plot) ## your numbers: the latest cold run per lesson, target and order (and a TTFT picture)
 	@$(PY) -m felab numbers
 
-.PHONY: course-errata
-course-errata: $(STAMP) ## for the instructor: where the course pages (../shared/seeds, or PAGES=...) and the kit differ
-	@$(PY) -m felab.course.errata $(PAGES)
-
 new-lesson: $(STAMP) ## create lessons/N-NAME/ that already runs: make new-lesson N=07 NAME=batching
 	@test -n "$(N)" -a -n "$(NAME)" || { echo "usage: make new-lesson N=07 NAME=batching"; exit 2; }
 	@$(PY) -m felab new-lesson "$(N)" "$(NAME)"
 
 bundle: $(call EXTRA,course) ## the lesson pages as an offline site in build/bundle/, your numbers filled from results/
 	@$(PY) -m felab bundle build
+
+.PHONY: course-errata
+course-errata: $(STAMP) ## for the instructor: where the course pages (../shared/seeds, or PAGES=...) and the kit differ
+	@$(PY) -m felab.course.errata $(PAGES)
 
 bundle-serve: bundle ## open the lesson pages at http://127.0.0.1:8770/ (Ctrl+C stops; always the same address)
 	@$(PY) -m felab bundle serve
