@@ -61,6 +61,13 @@ def _seats(target: Target) -> int | None:
     return as_int(props.get("total_slots")) if isinstance(props, dict) else None
 
 
+def forget_cache(target: Target) -> str:
+    return (
+        f"empty its cache with `curl -X POST {root_of(target)}/admin/reset` (or restart it: Ctrl+C in its "
+        f"terminal, then `{from_here('make mock')}`)"
+    )
+
+
 def _twin(target: Target) -> Twin | None:
     """The twin the practice server at the target serves (its GET /v1/models says, twin.py), or None."""
     listed = get_json(f"{target.base_url}/models")
@@ -68,9 +75,13 @@ def _twin(target: Target) -> Twin | None:
     return reported(data[0]) if isinstance(data, list) and data else None
 
 
-def forget_cache(target: Target) -> str:
+def forget_twin_cache(target: Target) -> str:
+    """`forget_cache`, but a twin's restart keeps its profile (and the port this run used)."""
     twin = _twin(target)
-    again = f"make mock PROFILE={twin.profile_flag().removeprefix('--profile ')}" if twin else "make mock"
+    if twin is None:
+        return forget_cache(target)
+    port = ENGINE.moved_port(target.base_url)
+    again = f"make mock PROFILE={twin.path_here()}" + (f" PORT={port}" if port else "")
     return (
         f"empty its cache with `curl -X POST {root_of(target)}/admin/reset` (or restart it: Ctrl+C in its "
         f"terminal, then `{from_here(again)}`)"
@@ -85,5 +96,5 @@ ENGINE = Engine(
     api_key_flag=None,
     read_overflow=openai_overflow,
     fit_context=fit_context,
-    forget_cache=forget_cache,
+    forget_cache=forget_twin_cache,
 )

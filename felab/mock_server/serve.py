@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
-import sys
 import urllib.request
 from typing import Any
 
@@ -76,6 +74,9 @@ def port_in_use(host: str, port: int, twin: Twin | None = None) -> str:
     pid = practice_server_pid(host, port)
     holder = twin_at(host, port) if pid is not None else None
     if pid is not None and (holder.path if holder else None) != (twin.path if twin else None):
+        import os
+        import sys
+
         from felab.mock_server.launch import free_port
 
         other = free_port()

@@ -49,9 +49,13 @@ class Twin:
         of = f", of {self.engine}" if self.engine else ""
         return f"the twin from profile {self.name}{of}"
 
+    def path_here(self) -> str:
+        """The profile's file, written for the learner's folder (`data/profiles/lesson-mac.toml`)."""
+        return os.path.relpath(self.path, learner_folder())
+
     def profile_flag(self) -> str:
         """`--profile data/profiles/lesson-mac.toml`: the file, written for the learner's folder."""
-        return f"--profile {os.path.relpath(self.path, learner_folder())}"
+        return f"--profile {self.path_here()}"
 
 
 def learner_folder() -> Path:
