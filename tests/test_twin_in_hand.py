@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import urllib.request
@@ -354,7 +355,21 @@ def test_a_warm_twins_advice_restarts_the_same_twin(tmp_path: Path) -> None:
         again = run_script(PREFIX_BENCH, "--target", "mock", "--base-url", url, "--quick")
     said = " ".join(again.stdout.split())
     assert again.returncode == 0 and "call 1 was not cold" in said, said
-    assert f"make -C ../.. mock PROFILE={os.path.relpath(profile, LESSON06)}" in backticked(said)
+    port = url.split(":")[2].split("/")[0]  # the same twin, on the port this run used
+    advised = f"make -C ../.. mock PROFILE={os.path.relpath(profile, LESSON06)} PORT={port}"
+    assert advised in backticked(said)
+    # followed from the lesson folder (the test's Python, no .venv built: PY= and STAMP=)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env["PWD"] = str(LESSON06)
+    command = [*shlex.split(advised), f"PY={sys.executable}", "STAMP="]
+    proc = subprocess.Popen(command, cwd=LESSON06, env=env, stdout=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_until_serving(url, proc)
+        served = twin_served(url)
+        assert served is not None and served["name"] == "fast-mac"
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl+C in its terminal: make and its server, this group only
+        proc.wait(timeout=20)
 
 
 # ── A run made while calibrate sends to the same server (issue 29, "Also:") ────
