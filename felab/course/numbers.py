@@ -1,11 +1,15 @@
-"""Your numbers: the latest recorded cold row of each lesson, per target and order.
+"""Your numbers: the latest recorded cold row of each lesson, per target, twin and order.
 
 Every run appends a line to `results/<key>.jsonl` (key `06-prefix` belongs to
-lesson 06). For the wrap-up only the latest cold run of each (target, order)
+lesson 06). For the wrap-up only the latest cold run of each (target, twin, order)
 counts (a run whose call 1 was already cached, `warm_start`, is flagged and
 used only when there is no cold one), so that is what `make numbers` prints,
-ready to copy. Where runs recorded each call's TTFT, a picture is drawn beside
-the results: `results/<key>-ttft.png`, one panel per target, one line per order.
+ready to copy. A twin's runs (a practice server started with --profile, which
+results.py records as `profile`) are rows of their own, never the practice
+server's; a lesson's fields take only runs that are its step (`left_out`: not a
+twin's, not --quick, not one made while calibrate shared the server). Where runs
+recorded each call's TTFT, a picture is drawn beside the results:
+`results/<key>-ttft.png`, one panel per target (a twin its own), one line per order.
 
 Which recorded value fills which of a lesson's numbers is declared in the lesson's
 folder, `lessons/NN-slug/numbers.toml` (`declared()` reads them all): `make numbers`
