@@ -390,32 +390,35 @@ class Shortcut:
         await response(scope, receive, send)
 
 
+def twin_of(request: Request) -> dict[str, Any] | None:
+    """The twin this server serves (create_app's `twin`, twin.py), as it reports it, or None."""
+    served: Twin | None = getattr(request.app.state, "twin", None)
+    return served.card() if served else None
+
+
+def listed_card(settings: Settings, request: Request) -> dict[str, Any]:
+    """The model object, with `felab_twin` when a twin serves it: its runs are recorded as the twin's."""
+    twin = twin_of(request)
+    return {**model_card(settings), **({TWIN_FIELD: twin} if twin else {})}
+
+
 def info_routes(settings: Settings, state: Callable[[], ServerState]) -> list[Route]:
     """The routes that only read: health, the model (listed or looked up), and /metrics."""
-
-    def twin(request: Request) -> dict[str, Any] | None:
-        served: Twin | None = getattr(request.app.state, "twin", None)
-        return served.card() if served else None
 
     async def health(request: Request) -> Response:
         # `server` and `pid` let a second `make mock` name this one and the command that stops it;
         # `twin`, whether it is the one asked for (serve.py)
-        return JSONResponse(
-            {"status": "ok", "server": HEALTH_NAME, "pid": os.getpid(), "twin": twin(request)}
-        )
-
-    def card(request: Request) -> dict[str, Any]:
-        listed = twin(request)  # a twin says so: its runs are recorded as the twin's (results.py)
-        return {**model_card(settings), **({TWIN_FIELD: listed} if listed else {})}
+        health = {"status": "ok", "server": HEALTH_NAME, "pid": os.getpid()}
+        return JSONResponse({**health, "twin": twin_of(request)})
 
     async def models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [card(request)]})
+        return JSONResponse({"object": "list", "data": [listed_card(settings, request)]})
 
     async def model(request: Request) -> Response:
         """One model, as the openai SDK's `models.retrieve` asks for it."""
         if request.path_params["model_id"] != settings.model:
             raise unknown_model(request.path_params["model_id"])
-        return JSONResponse(card(request))
+        return JSONResponse(listed_card(settings, request))
 
     def snapshot() -> metrics.Snapshot:
         s = state()
