@@ -416,3 +416,15 @@ def test_a_calibration_that_died_marks_nothing(isolated: Path) -> None:
         '{"what": "calibrate", "base_url": "http://x/v1"}'
     )
     assert busy_with("http://x/v1") is None
+
+
+def test_a_field_whose_only_run_was_left_out_says_why(isolated: Path) -> None:
+    row = {**prefix_row("2026-12-02T10:15:00+00:00", 900.0), "order": "variable-first", "speedup_x": 2.5}
+    write(isolated, {**row, "during": "calibrate"})
+    fields = numbers.declared()["06-prefix-caching"]
+    assert numbers.measured(fields[1].source) is None
+    said = "Your run of 2026-12-02 10:15 UTC is left out: it ran while calibrate was sending to the same"
+    assert said in numbers.nothing_usable(fields[1].source)
+    assert said in " ".join(forms.numbers_form("06-prefix-caching", fields).split())
+    out = run_felab("numbers")
+    assert out.returncode == 0 and said in " ".join(out.stdout.split()), out.stdout

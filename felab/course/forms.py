@@ -18,7 +18,7 @@ import re
 from typing import Any
 from urllib.parse import quote
 
-from felab.course.numbers import Field, prefills
+from felab.course.numbers import Field, nothing_usable, prefills
 from felab.errors import FelabError
 
 
@@ -62,7 +62,8 @@ def numbers_form(lesson: str, fields: list[Field]) -> str:
         m = found[f.key]
         value = f' value="{html.escape(m["value"])}"' if m else ""
         data = f" data-prefill='{html.escape(_json_for_script(m))}'" if m else ""
-        status = html.escape(measured_note(m)) if m else NOTHING_YET
+        left_out = nothing_usable(f.source) if f.source and not m else ""  # a run, but not the step
+        status = html.escape(measured_note(m)) if m else html.escape(f"{NOTHING_YET} {left_out}".strip())
         parts += [
             '<div class="felab-field">',
             f'<label for="{ident}">{n}. {html.escape(f.label)}</label>',

@@ -198,6 +198,15 @@ def measured(source: Source) -> dict[str, Any] | None:
     }
 
 
+def nothing_usable(source: Source) -> str:
+    """For a field `measured` leaves empty: why the latest matching run was left out, or ""."""
+    latest = None
+    for row in iter_records(source.records):
+        if all(row.get(k) == v for k, v in source.where.items()) and (why := left_out(row, source)):
+            latest = (row, why)
+    return f"Your run of {_when(latest[0].get('ts'))} is left out: {latest[1]}." if latest else ""
+
+
 def which_run(row: dict[str, Any], source: Source) -> str:
     """The run a field was filled from, as the page says it: `the stable-first run of 2026-12-02
     14:05 UTC`, with its twin if it ran on one."""
@@ -394,8 +403,9 @@ def as_text(found: dict[str, list[dict[str, Any]]]) -> str:
         for n, (f, m) in enumerate(zip(fields, prefills(fields).values(), strict=True), start=1):
             said = f"{m['value']}   (from {m['run']} on {m['target']})" if m else "not recorded yet"
             parts.append(f"  {n}. {f.label}: {said}")
-            if m and m["note"]:
-                parts.append(f"     {m['note']}")
+            note = m["note"] if m else nothing_usable(f.source) if f.source else ""
+            if note:
+                parts.append(f"     {note}")
         parts.append("")
     if others := not_lesson_lines(found):
         parts += ["also under results/:", *(f"  {line}" for line in others), ""]
