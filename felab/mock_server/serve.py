@@ -16,8 +16,8 @@ import click
 from felab.mock_server.config import DEFAULT_PORT, DEFAULTS, HEALTH_NAME, Settings
 from felab.mock_server.faults import HideStreamCuts
 from felab.mock_server.flags import server_options, to_settings
-from felab.mock_server.profile import PROFILE_PATH, profile_option
-from felab.mock_server.twin import Twin, learner_folder, named, of_profile, reported
+from felab.mock_server.profile import profile_option
+from felab.mock_server.twin import Twin, from_context, learner_folder, named, reported
 
 D = DEFAULTS
 
@@ -108,8 +108,7 @@ def port_in_use(host: str, port: int, twin: Twin | None = None) -> str:
 @click.option("--port", default=DEFAULT_PORT, show_default=True, help="port to listen on")
 @profile_option()  # --profile FILE: a calibrated twin's settings as these flags' defaults
 @server_options  # one flag per setting, written from its declaration in config.py
-@click.pass_context
-def main(ctx: click.Context, host: str, port: int, **values: Any) -> None:
+def main(host: str, port: int, **values: Any) -> None:
     """The practice server: an OpenAI-compatible server with a prefix cache, offline.
 
     \b
@@ -128,7 +127,7 @@ def main(ctx: click.Context, host: str, port: int, **values: Any) -> None:
     from felab.mock_server.connections import uvicorn_config
 
     settings = to_settings(values)  # a bad flag is named first, whatever holds the port
-    twin = of_profile(ctx.meta[PROFILE_PATH]) if PROFILE_PATH in ctx.meta else None  # twin.py
+    twin = from_context(click.get_current_context())  # --profile's twin, or None (twin.py)
     if not port_is_free(host, port):
         raise click.ClickException(port_in_use(host, port, twin))
     serving = f"{twin.described()} · " if twin else ""

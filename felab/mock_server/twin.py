@@ -25,7 +25,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from felab.mock_server.profile import ProfileError, load
+import click
+
+from felab.mock_server.profile import PROFILE_PATH, ProfileError, load
 
 FIELD = "felab_twin"
 """The field of each model in GET /v1/models that names the twin (absent: the plain practice server)."""
@@ -76,6 +78,12 @@ def of_profile(path: Path) -> Twin:
     about = about if isinstance(about, dict) else {}
     text = {k: v for k, v in about.items() if isinstance(v, str)}
     return Twin(path.stem, str(path.resolve()), text.get("engine"), text.get("model"))
+
+
+def from_context(ctx: click.Context) -> Twin | None:
+    """The twin of the profile a command was given (`--profile`, kept by profile.py), or None."""
+    path = ctx.meta.get(PROFILE_PATH)
+    return of_profile(path) if isinstance(path, Path) else None
 
 
 def reported(card: Any) -> Twin | None:
