@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KIT, LESSON06, PREFIX_BENCH, run_felab, run_script
+from conftest import KIT, LESSON06, PREFIX_BENCH, make_command, run_felab, run_make, run_script
 from fake_llamacpp import MODEL_PATH as LLAMACPP_MODEL
 from fake_llamacpp import fake_llamacpp
 
@@ -323,27 +323,12 @@ def test_course_errata_name_each_difference_from_the_kit(tmp_path: Path) -> None
 def test_make_course_errata_reads_the_page_it_is_given(tmp_path: Path) -> None:
     page = tmp_path / "lesson-06-prefix-caching.txt"
     page.write_text(PAGE, encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(KIT)}
-    out = subprocess.run(
-        ["make", "-s", "course-errata", f"PAGES={page}", f"PY={sys.executable}", "STAMP="],
-        cwd=LABS,  # typed in the lab book's folder: its Makefile passes it on
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = run_make(LABS, "-s", "course-errata", f"PAGES={page}")  # typed in 03-labs/: passed on
     assert out.returncode == 0, out.stderr
     assert (
         out.stdout.startswith("lesson-06-prefix-caching.txt: ") and "pkill -f felab.mock_server" in out.stdout
     )
-    missing = subprocess.run(
-        ["make", "-s", "course-errata", "PAGES=no-such-page.txt", f"PY={sys.executable}", "STAMP="],
-        cwd=KIT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    missing = run_make(KIT, "-s", "course-errata", "PAGES=no-such-page.txt")
     assert missing.returncode != 0 and "Traceback" not in missing.stderr
     assert "no course page at no-such-page.txt" in missing.stderr
 
@@ -358,10 +343,8 @@ def test_a_warm_twins_advice_restarts_the_same_twin(tmp_path: Path) -> None:
     port = url.split(":")[2].split("/")[0]  # the same twin, on the port this run used
     advised = f"make -C ../.. mock PROFILE={os.path.relpath(profile, LESSON06)} PORT={port}"
     assert advised in backticked(said)
-    # followed from the lesson folder (the test's Python, no .venv built: PY= and STAMP=)
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    env["PWD"] = str(LESSON06)
-    command = [*shlex.split(advised), f"PY={sys.executable}", "STAMP="]
+    # followed from the lesson folder (the test's Python, no .venv built: conftest.make_command)
+    command, env = make_command(LESSON06, *shlex.split(advised)[1:])
     proc = subprocess.Popen(command, cwd=LESSON06, env=env, stdout=subprocess.DEVNULL, start_new_session=True)
     try:
         wait_until_serving(url, proc)
