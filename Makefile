@@ -108,6 +108,10 @@ new-lesson: $(STAMP) ## create lessons/N-NAME/ that already runs: make new-lesso
 bundle: $(call EXTRA,course) ## the lesson pages as an offline site in build/bundle/, your numbers filled from results/
 	@$(PY) -m felab bundle build
 
+.PHONY: course-errata
+course-errata: $(STAMP) ## for the instructor: where the course pages (../shared/seeds, or PAGES=...) and the kit differ
+	@$(PY) -m felab.course.errata $(PAGES)
+
 bundle-serve: bundle ## open the lesson pages at http://127.0.0.1:8770/ (Ctrl+C stops; always the same address)
 	@$(PY) -m felab bundle serve
 

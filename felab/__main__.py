@@ -1,4 +1,10 @@
-"""`python -m felab ...` (and the `felab` command) runs the felab command line."""
+"""`python -m felab ...` (and the `felab` command) runs the felab command line.
+
+Run by a Python without the kit's packages (`python3 -m felab calibrate` in a new terminal, the
+kit's environment not active), it says which Python to use instead, as a lesson script does
+(felab/no_kit.py), rather than end in `ModuleNotFoundError`. Only the standard library is
+imported before that check.
+"""
 
 import os
 import sys
@@ -23,13 +29,30 @@ def interrupted() -> None:
     sys.exit(130)
 
 
+def without_kit(exc: ModuleNotFoundError) -> None:
+    """The kit's packages are missing from this Python: no_kit.py's paragraph, written for the
+    folder the learner is in (`python -m felab calibrate` becomes `.venv/bin/python -m felab
+    calibrate`, or `make setup` first), and exit status 2, as a lesson script's guard does."""
+    from pathlib import Path
+
+    from felab.no_kit import EXIT_ERROR, KIT_ROOT, advice
+
+    argv = ["-m", "felab", *sys.argv[1:]]
+    said = advice(KIT_ROOT, Path.cwd().resolve(), argv, sys.executable, sys.prefix, exc.name or "click")
+    print(f"error: {said}", file=sys.stderr)
+    sys.exit(EXIT_ERROR)
+
+
 def main() -> None:
     """The command line, with Ctrl+C handled here, even while it starts (the SDKs take a moment to
     load): click's own handling (standalone mode) would print "Aborted!" and exit 1."""
     try:
-        import click
+        try:  # the kit's packages (click first): a Python without them gets no_kit.py's advice
+            import click
 
-        from felab.cli import cli
+            from felab.cli import cli
+        except ModuleNotFoundError as exc:
+            without_kit(exc)
 
         try:
             code = cli.main(standalone_mode=False)

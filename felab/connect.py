@@ -17,6 +17,7 @@ from felab.errors import FelabError
 from felab.explain import explain, not_openai
 from felab.guarded import guarded_client
 from felab.paths import load_env
+from felab.results import note_served
 from felab.targets import (
     LOOPBACK,
     NO_KEY,
@@ -54,7 +55,23 @@ def resolve(args: argparse.Namespace) -> Target:
     model = getattr(args, "model", None) or configured_model(name)
     if not model:
         model = served_model(target)
-    return Target(name, base_url, model, api_key, spec.paid, spec.key_env)
+    resolved = Target(name, base_url, model, api_key, spec.paid, spec.key_env)
+    if not spec.paid:  # what a local server says it serves is what its rows record (results.py)
+        note_served(name, base_url, model, reported_models(resolved))
+    return resolved
+
+
+def reported_models(target: Target) -> list[dict[str, object]] | None:
+    """The model objects a local server lists at `GET /v1/models`, or None when it does not
+    answer with OpenAI's list (the run's first request then says why, as it always has)."""
+    try:
+        listed: object = json.loads(client(target, timeout=5.0).models.with_raw_response.list().text)
+    except (openai.OpenAIError, ValueError):
+        return None
+    data = listed.get("data") if isinstance(listed, dict) else None
+    if not isinstance(data, list) or not all(isinstance(m, dict) for m in data):
+        return None
+    return data
 
 
 def url_source(name: str) -> str:

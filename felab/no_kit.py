@@ -10,6 +10,10 @@ A lesson script imports felab inside a tiny guard, before anything else of the k
 
         runpy.run_path(str(pathlib.Path(__file__).parents[2] / "felab" / "no_kit.py"), run_name="__main__")
 
+`python -m felab ...` run by such a Python gets the same paragraph (felab/__main__.py imports
+`advice()` from here before anything that needs a package; 03-labs/ links `felab` so the
+command is found there too).
+
 This file is run by its path, not imported (felab cannot be imported there), so it uses the
 standard library only. It works out the exact next command from where the learner is: the
 kit's Python (`../../.venv/bin/python prefix_bench.py ...`), or `make setup` first when the
@@ -40,7 +44,8 @@ def advice(kit: Path, here: Path, argv: list[str], executable: str, prefix: str,
     rerun = shlex.join([rel_python, *argv])
     this = f"this Python ({executable}) has no {missing}"
     if not python.exists():
-        setup = "make setup" if here == kit else f"make -C {shlex.quote(os.path.relpath(kit, here))} setup"
+        forwards = here in (kit, kit / "03-labs")  # 03-labs/Makefile passes `make setup` on to the kit's
+        setup = "make setup" if forwards else f"make -C {shlex.quote(os.path.relpath(kit, here))} setup"
         return (
             f"{this}: the kit's own environment (.venv in the kit folder) does not exist yet. "
             f"Create it with `{setup}` (once, about a minute), then run `{rerun}`."

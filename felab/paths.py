@@ -68,7 +68,7 @@ def learner_folder() -> Path:
     return Path.cwd().resolve()
 
 
-KIT_PATHS = ("lessons/", ".venv/")
+KIT_PATHS = ("lessons/", ".venv/", "results/", "data/")
 """Words of a kit-root command that are paths inside the kit, rewritten by `from_here()`."""
 
 MAKE_FORWARDED = ("03-labs",)

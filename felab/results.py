@@ -30,6 +30,26 @@ How a row is written, and what survives a kill:
     network filesystem (NFS, SMB) neither is promised. An unfinished last line the next
     record() cuts off is lost: it was never a whole row.
 
+Each row says which server it measured, as that server reports it. `resolve()` (connect.py)
+asks a local server's `GET /v1/models` and `note_served()` keeps the answer, per target, for
+this run; `record()` then writes, in every row of that target:
+
+    model          the model the server reports (llama.cpp serves its file whatever name was
+                   asked: `--model llama-3.1-8b` is recorded as the model it runs)
+    model_asked    the name the run asked for, only when the server reported another
+    profile        a practice server started with `--profile`: the twin's profile name
+    profile_engine ... and the engine that profile was measured on
+
+    during         `calibrate` when a calibration was sending to the same server while this
+                   run did (its requests share the server's seats and cache: a variable-first
+                   run measured 2.5 where 1.0 is expected), so the page leaves the run out
+
+so a twin's rows are never taken for the plain practice server's (course/numbers.py groups
+by `profile`), and a run against another model than asked is seen as one. `busy()` is how
+calibrate says it is sending: a small file under `results/.busy/` while it runs, named by its
+process id, so a calibration that was killed leaves a file no live process owns, and it is
+passed over.
+
 A row is flushed to disk (fsync) before `record()` returns, so an interrupted run keeps
 every row it recorded. No key is ever written: every string in the row goes through
 `redact()` first. A folder that cannot be written (permissions, a full disk, a path that is
@@ -41,11 +61,12 @@ copy from another machine): `iter_records()` reads a line at a time (memory boun
 row, at most MAX_ROW_BYTES), keeps every good line and skips each bad one, naming it on
 stderr once per run (`results/06-prefix.jsonl:7: skipped, not JSON ...`). A row is good when
 it is a JSON object whose fields the kit groups by are strings: `target` (always there), and
-`model`, `order`, `ts` when present (`model` and `order` may be null).
+`model`, `order`, `ts`, `profile` when present (`model`, `order` and `profile` may be null).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import fcntl
 import json
@@ -79,12 +100,105 @@ def results_path(key: str) -> Path:
     return results_dir() / f"{key}.jsonl"
 
 
+SERVED: dict[str, tuple[str, str, dict[str, Any]]] = {}
+"""Per target name: the model this run asked for, its server's address, and what it reported
+(`note_served`)."""
+
+
+def busy_dir() -> Path:
+    return results_dir() / ".busy"
+
+
+@contextlib.contextmanager
+def busy(what: str, base_url: str) -> Iterator[None]:
+    """While the block runs, `what` (calibrate) is sending to the server at `base_url`: a lesson
+    run recorded against the same server meanwhile says so (`during`). Best effort: a folder
+    that cannot be written marks nothing."""
+    path = busy_dir() / f"{os.getpid()}.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"what": what, "base_url": base_url}), encoding="utf-8")
+    except OSError:
+        pass
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def busy_with(base_url: str) -> str | None:
+    """What another live process is sending to the server at `base_url` now (`busy`), or None."""
+    folder = busy_dir()
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        pid = int(path.stem) if path.stem.isdigit() else 0
+        if pid == os.getpid() or not alive(pid):
+            continue
+        try:
+            mark = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(mark, dict) and mark.get("base_url") == base_url and isinstance(mark.get("what"), str):
+            return mark["what"]
+    return None
+
+
+def alive(pid: int) -> bool:
+    """Whether a process with this id runs (signal 0 checks without sending anything)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        return True
+    return True
+
+
+def note_served(target: str, base_url: str, asked: str, models: list[dict[str, Any]] | None) -> None:
+    """Keep what `target`'s server listed at GET /v1/models (None: it did not say) for the rows
+    this run records for it: the model it reports, and the twin's profile if it is one; and
+    whether a calibration is sending to it as the run starts (`busy_with`)."""
+    during = busy_with(base_url)
+    if models is None:
+        SERVED[target] = (asked, base_url, {"during": during} if during else {})
+        return
+    ids = [m.get("id") for m in models if isinstance(m.get("id"), str)]
+    card = next((m for m in models if m.get("id") == asked), models[0] if len(models) == 1 else None)
+    fields: dict[str, Any] = {}
+    if asked not in ids and len(ids) == 1:  # llama.cpp answers as its one model, whatever was asked
+        fields = {"model": ids[0], "model_asked": asked}
+    elif asked not in ids and ids:
+        fields = {"model_asked": asked, "model_listed": False}  # none of several: not what it serves
+    twin = card.get("felab_twin") if card else None  # felab/mock_server/twin.py
+    if isinstance(twin, dict) and isinstance(twin.get("name"), str):
+        fields["profile"] = twin["name"]
+        fields["profile_engine"] = twin.get("engine") if isinstance(twin.get("engine"), str) else None
+    if during:
+        fields["during"] = during
+    SERVED[target] = (asked, base_url, fields)
+
+
+def served_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """What the row's server reported (see `note_served`), for a row that names the model asked;
+    `during` if a calibration sent to it as the run started or sends now, as it is recorded."""
+    if row["target"] not in SERVED:
+        return {}
+    asked, base_url, fields = SERVED[row["target"]]
+    if row.get("model") != asked:
+        return {}
+    during = fields.get("during") or busy_with(base_url)
+    return {**fields, **({"during": during} if during else {})}
+
+
 def record(key: str, row: dict[str, Any]) -> Path:
-    """Append `row` (which must name its `target` and `model`) with a UTC timestamp."""
+    """Append `row` (which must name its `target` and `model`) with a UTC timestamp, and what its
+    server reported it serves (the module's docstring)."""
     missing = [k for k in ("target", "model") if k not in row]
     if missing:
         raise ValueError(f"a recorded row needs {', '.join(missing)}")
     path = results_path(key)
+    row = {**row, **served_fields(row)}
     line = redact_all({"ts": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **row})
     data = (json.dumps(line, ensure_ascii=False) + "\n").encode()
     try:
@@ -140,7 +254,7 @@ def not_recorded(path: Path, exc: OSError, data: bytes) -> NotRecorded:
     )
 
 
-TEXT_FIELDS = {"target": False, "model": True, "order": True, "ts": False}
+TEXT_FIELDS = {"target": False, "model": True, "order": True, "ts": False, "profile": True}
 """Fields read as text (grouped by, compared, shown): each must be a string; True: null allowed too."""
 
 _told: set[tuple[str, int]] = set()

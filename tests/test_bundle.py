@@ -115,7 +115,7 @@ def test_a_change_to_a_script_shows_on_the_next_build(tmp_path: Path) -> None:
 def test_numbers_are_prefilled_with_when_and_where(site: Path) -> None:
     html = page(site, "lessons/06-prefix-caching.html")
     assert 'value="2890 / 41"' in html
-    assert "measured 2026-11-30 04:25 UTC on llamacpp" in html
+    assert "the stable-first run of 2026-11-30 04:25 UTC on llamacpp" in html  # which run filled it
     assert 'value="1.0"' in html  # the latest variable-first row with a speed-up
     assert 'value="610 / 180"' in html and 'value="2944 / 3110"' in html
     for label in (

@@ -25,7 +25,15 @@ from felab.course.lessons import discover
 from felab.mock_server.launch import practice_server
 from felab.paths import KIT_ROOT, LAB_ENV_FILE
 
-LINKS = {"lessons": "../lessons", ".venv": "../.venv", ".env": "../.env", ".env.example": "../.env.example"}
+LINKS = {
+    "lessons": "../lessons",
+    ".venv": "../.venv",
+    ".env": "../.env",
+    ".env.example": "../.env.example",
+    "results": "../results",  # what the twin's commands name (issue 29)
+    "data": "../data",
+    "felab": "../felab",  # `python3 -m felab` there, without the kit's environment, says what to do
+}
 
 
 def seed_file() -> Path | None:

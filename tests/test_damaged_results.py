@@ -35,6 +35,7 @@ BAD_LINES = [  # (the line, the reason named for it)
     (b'{"target": "llamacpp", "model": {"a": 1}, "order": "stable-first"}', "`model` is dict"),
     (b'{"target": "llamacpp", "model": "m", "order": ["stable-first"]}', "`order` is list"),
     (b'{"target": "llamacpp", "model": "m", "ts": 12}', "`ts` is int"),
+    (b'{"target": "mock", "model": "m", "profile": ["lesson-mac"]}', "`profile` is list"),  # grouped by
     (b'{"model": "m", "first_ms": 1}', "without its `target`"),
     (b'{"target": "llamacpp", "model": "caf\xe9"}', "not UTF-8"),
     (b"\xff\xfe\x00garbage", "not UTF-8"),

@@ -23,7 +23,7 @@
     try { return JSON.parse(input.getAttribute("data-prefill") || "null"); } catch (e) { return null; }
   }
   function note(m) {
-    return "Filled from your run: measured " + m.when + " on " + m.target +
+    return "Filled from your run: " + (m.run || "the run of " + m.when) + " on " + m.target +
       (m.model ? " (" + m.model + ")" : "") + ", in " + m.file + "." + (m.note ? " " + m.note : "");
   }
 
@@ -86,7 +86,8 @@
       if (row) {
         row.querySelector(".felab-value").textContent = value;
         row.querySelector(".felab-source").textContent = typed !== null ? "typed on this device"
-          : (m ? "measured " + m.when + " on " + m.target : "not recorded yet");
+          : (m ? "measured " + m.when + " on " + m.target + (m.note ? " (" + m.note + ")" : "")
+             : "not recorded yet");
       }
       lines.push([it.lesson, it.field, it.label, value, source,
                   typed === null && m ? m.when : "", typed === null && m ? m.target : ""]);

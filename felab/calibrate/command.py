@@ -34,7 +34,7 @@ from felab.mock_server.launch import practice_server
 from felab.mock_server.profile import ProfileError, load, read_settings
 from felab.paths import from_here, learner_folder
 from felab.prices import price_for
-from felab.results import record
+from felab.results import busy, record
 from felab.tables import table
 from felab.targets import NO_KEY, TARGETS, Target
 
@@ -415,7 +415,8 @@ def calibrate_command(
     settings = profile_settings(check_path) if check_path is not None else None  # before any request
     check_out(out)  # --out: a new file or a profile, never .env or a device
     target = connect(target_name, base_url, model)
-    if check_path is not None and settings is not None:
-        check(target, check_path, settings, max_requests, yes, picture)
-    else:
-        calibrate(target, out, max_requests, yes)
+    with busy("calibrate", target.base_url):  # a lesson run on this server meanwhile is not its step
+        if check_path is not None and settings is not None:
+            check(target, check_path, settings, max_requests, yes, picture)
+        else:
+            calibrate(target, out, max_requests, yes)

@@ -18,7 +18,7 @@ import re
 from typing import Any
 from urllib.parse import quote
 
-from felab.course.numbers import Field, prefills
+from felab.course.numbers import Field, nothing_usable, prefills
 from felab.errors import FelabError
 
 
@@ -36,10 +36,11 @@ NOTHING_YET = "Nothing recorded for this yet: run the command, then type it."
 
 
 def measured_note(m: dict[str, Any]) -> str:
-    """Where a prefilled number came from, and whether it is a cold run's (as numbers.js says it)."""
+    """Which run a prefilled number came from, and whether it is a cold run's (as numbers.js says it)."""
     model = f" ({m['model']})" if m.get("model") else ""
     note = f" {m['note']}" if m.get("note") else ""
-    return f"Filled from your run: measured {m['when']} on {m['target']}{model}, in {m['file']}.{note}"
+    run = m.get("run") or f"the run of {m['when']}"
+    return f"Filled from your run: {run} on {m['target']}{model}, in {m['file']}.{note}"
 
 
 def numbers_form(lesson: str, fields: list[Field]) -> str:
@@ -61,7 +62,8 @@ def numbers_form(lesson: str, fields: list[Field]) -> str:
         m = found[f.key]
         value = f' value="{html.escape(m["value"])}"' if m else ""
         data = f" data-prefill='{html.escape(_json_for_script(m))}'" if m else ""
-        status = html.escape(measured_note(m)) if m else NOTHING_YET
+        left_out = nothing_usable(f.source) if f.source and not m else ""  # a run, but not the step
+        status = html.escape(measured_note(m)) if m else html.escape(f"{NOTHING_YET} {left_out}".strip())
         parts += [
             '<div class="felab-field">',
             f'<label for="{ident}">{n}. {html.escape(f.label)}</label>',
@@ -95,6 +97,8 @@ def all_numbers(declared: dict[str, list[Field]], titles: dict[str, str]) -> str
         m = it["measured"]
         value = html.escape(m["value"]) if m else ""
         source = f"measured {m['when']} on {m['target']}" if m else "not recorded yet"
+        if m and m.get("note"):
+            source += f" ({m['note']})"
         if m and m.get("warm"):
             source += " (a warm start: not a cold figure)"
         rows.append(

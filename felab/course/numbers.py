@@ -1,11 +1,15 @@
-"""Your numbers: the latest recorded cold row of each lesson, per target and order.
+"""Your numbers: the latest recorded cold row of each lesson, per target, twin and order.
 
 Every run appends a line to `results/<key>.jsonl` (key `06-prefix` belongs to
-lesson 06). For the wrap-up only the latest cold run of each (target, order)
+lesson 06). For the wrap-up only the latest cold run of each (target, twin, order)
 counts (a run whose call 1 was already cached, `warm_start`, is flagged and
 used only when there is no cold one), so that is what `make numbers` prints,
-ready to copy. Where runs recorded each call's TTFT, a picture is drawn beside
-the results: `results/<key>-ttft.png`, one panel per target, one line per order.
+ready to copy. A twin's runs (a practice server started with --profile, which
+results.py records as `profile`) are rows of their own, never the practice
+server's; a lesson's fields take only runs that are its step (`left_out`: not a
+twin's, not --quick, not one made while calibrate shared the server). Where runs
+recorded each call's TTFT, a picture is drawn beside the results:
+`results/<key>-ttft.png`, one panel per target (a twin its own), one line per order.
 
 Which recorded value fills which of a lesson's numbers is declared in the lesson's
 folder, `lessons/NN-slug/numbers.toml` (`declared()` reads them all): `make numbers`
@@ -38,9 +42,11 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: the same parser, from PyPI (pyproject.toml installs it there)
     import tomli as tomllib
 
-GROUP_BY = ("target", "order", "mode")
+GROUP_BY = ("target", "profile", "order", "mode")
 """A row replaces an earlier one when these fields match (the ones it has): lesson 06's
-prefix_bench rows differ by `order`, its affinity_bench rows by `mode` (one row per mode a run)."""
+prefix_bench rows differ by `order`, its affinity_bench rows by `mode` (one row per mode a run);
+a twin's rows (a practice server started with --profile: results.py records its `profile`) are
+their own rows, never the plain practice server's."""
 
 
 # ── Each lesson's numbers: which recorded value fills which field ───────────
@@ -129,33 +135,84 @@ def warm(row: dict[str, Any]) -> bool:
     return row.get("warm_start") is True
 
 
-def measured(source: Source) -> dict[str, Any] | None:
-    """The value of the latest recorded cold run that matches and has every value, or `None`.
+def left_out(row: dict[str, Any], source: Source) -> str | None:
+    """Why a run that matches a field's `where` is not the lesson's step, or None if it is.
 
-    A row where a value is missing (`speedup_x` is null when call 1 was warm) is passed over.
-    A warm run (call 1 already cached) is used only when no cold run was recorded, and says so
-    in `note`; when the latest run was warm and an earlier cold one is used, `note` says that.
+    A twin's run (its `profile`) is the twin's, not the server the field names; a `--quick` run
+    has 3 questions, not the step's 12; a run `during` a calibration shared the server with it."""
+    if row.get("profile") is not None and "profile" not in source.where:
+        return f"it ran on a twin (profile {row['profile']}), not on {row.get('target')} itself"
+    if row.get("quick") is True:
+        return "it was a --quick run (3 calls, not the lesson's 12): run the step without --quick"
+    if isinstance(row.get("during"), str):
+        return f"it ran while {row['during']} was sending to the same server: run the step again alone"
+    return None
+
+
+def model_note(row: dict[str, Any]) -> str:
+    """A run whose server reported another model than the run asked for (results.py), said so."""
+    if "model_asked" not in row:
+        return ""
+    if row.get("model_listed") is False:
+        return f"The run asked for {row['model_asked']}, which its server does not list."
+    return f"The server ran {row.get('model')}, though the run asked for {row['model_asked']}."
+
+
+def measured(source: Source) -> dict[str, Any] | None:
+    """The value of the latest recorded cold run that matches, is the lesson's step and has every
+    value, or `None`.
+
+    A row where a value is missing (`speedup_x` is null when call 1 was warm) is passed over, and
+    so is a run that is not the step (`left_out`: a twin's, a --quick one); when such a run came
+    after the one used, `note` says it was left out and why. A warm run (call 1 already cached) is
+    used only when no cold run was recorded, and says so in `note`; when the latest run was warm
+    and an earlier cold one is used, `note` says that. `run` says which run was used.
     """
-    latest_run = latest_cold = None  # read a row at a time: only these two are kept
+    latest_run = latest_cold = None  # read a row at a time: only these (and the last left out) are kept
+    skipped: tuple[dict[str, Any], str] | None = None
     for row in iter_records(source.records):
         if all(row.get(k) == v for k, v in source.where.items()) and all(
             _number(row.get(k)) for k in source.values
         ):
-            latest_run = row
+            if why := left_out(row, source):
+                skipped = (row, why)
+                continue
+            latest_run, skipped = row, None
             latest_cold = latest_cold if warm(row) else row
     if latest_run is None:
         return None
     row = latest_cold or latest_run
+    notes = [warm_note(row, latest_run), model_note(row)]
+    if skipped:
+        notes.append(f"Your later run of {_when(skipped[0].get('ts'))} is left out: {skipped[1]}.")
     return {
         "value": " / ".join(f"{row[k]:.{source.decimals}f}" for k in source.values),
         "ts": row.get("ts"),
         "when": _when(row.get("ts")),
         "target": row.get("target"),
         "model": row.get("model"),
+        "run": which_run(row, source),
         "file": f"results/{source.records}.jsonl",
         "warm": warm(row),
-        "note": warm_note(row, latest_run),
+        "note": " ".join(n for n in notes if n),
     }
+
+
+def nothing_usable(source: Source) -> str:
+    """For a field `measured` leaves empty: why the latest matching run was left out, or ""."""
+    latest = None
+    for row in iter_records(source.records):
+        if all(row.get(k) == v for k, v in source.where.items()) and (why := left_out(row, source)):
+            latest = (row, why)
+    return f"Your run of {_when(latest[0].get('ts'))} is left out: {latest[1]}." if latest else ""
+
+
+def which_run(row: dict[str, Any], source: Source) -> str:
+    """The run a field was filled from, as the page says it: `the stable-first run of 2026-12-02
+    14:05 UTC`, with its twin if it ran on one."""
+    kind = " ".join(str(row[k]) for k in ("order", "mode") if isinstance(row.get(k), str))
+    twin = f" on the twin from profile {row['profile']}" if row.get("profile") is not None else ""
+    return f"the {kind + ' ' if kind else ''}run of {_when(row.get('ts'))}{twin}"
 
 
 def warm_note(shown: dict[str, Any], latest_run: dict[str, Any]) -> str:
@@ -263,7 +320,7 @@ def _groups(
 
 
 def latest(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The last cold row of each (target, order), in the order they were first seen; a group
+    """The last cold row of each (target, twin, order), in the order they were first seen; a group
     that only has warm runs (call 1 already cached) shows its last one."""
     return list(_groups(rows)[0].values())
 
@@ -273,7 +330,7 @@ def warm_lines(rows: Iterable[dict[str, Any]]) -> list[str]:
     shown, last = _groups(rows)
     notes = []
     for group, row in shown.items():
-        said = warm_note(row, last[group])
+        said = " ".join(n for n in (warm_note(row, last[group]), model_note(row)) if n)
         if said:
             notes.append(f"note ({' '.join(str(g) for g in group if g is not None)}): {said}")
     return notes
@@ -287,6 +344,21 @@ def scalars(row: dict[str, Any]) -> dict[str, Any]:
     """The row without per-call lists, floats to 2 decimals, `model` and `ts` last: what a person copies."""
     kept = {k: _shown(v) for k, v in row.items() if not isinstance(v, (list, dict))}
     return {**{k: v for k, v in kept.items() if k not in LAST}, **{k: kept[k] for k in LAST if k in kept}}
+
+
+def server_of(row: dict[str, Any]) -> str:
+    """The server a row measured, for people: its target, and the twin's profile if it ran on one
+    (`mock, twin lesson-mac`)."""
+    twin = row.get("profile")
+    return f"{row.get('target')}, twin {twin}" if twin is not None else str(row.get("target"))
+
+
+def for_people(row: dict[str, Any]) -> dict[str, Any]:
+    """`scalars(row)` with the twin in its target column, so a twin's row reads as its own."""
+    shown = scalars(row)
+    shown.pop("profile", None)
+    shown.pop("profile_engine", None)
+    return {**shown, "target": server_of(row)}
 
 
 def _shown(value: Any) -> Any:
@@ -323,16 +395,17 @@ def as_text(found: dict[str, list[dict[str, Any]]]) -> str:
     parts = []
     for key, rows in ((k, rs) for k, rs in found.items() if LESSON_KEY.match(k)):
         lesson = key.split("-", 1)[0]
-        parts.append(f"lesson {lesson} · {key} (latest cold run per target and order)\n")
-        parts.append(table([scalars(r) for r in rows]))
+        parts.append(f"lesson {lesson} · {key} (latest cold run per target, twin and order)\n")
+        parts.append(table([for_people(r) for r in rows]))
         parts += [*warm_lines(iter_records(key)), ""]
     for lesson, fields in declared().items():
         parts.append(f"lesson {lesson}: your numbers, for the wrap-up\n")
         for n, (f, m) in enumerate(zip(fields, prefills(fields).values(), strict=True), start=1):
-            said = f"{m['value']}   (measured {m['when']} on {m['target']})" if m else "not recorded yet"
+            said = f"{m['value']}   (from {m['run']} on {m['target']})" if m else "not recorded yet"
             parts.append(f"  {n}. {f.label}: {said}")
-            if m and m["note"]:
-                parts.append(f"     {m['note']}")
+            note = m["note"] if m else nothing_usable(f.source) if f.source else ""
+            if note:
+                parts.append(f"     {note}")
         parts.append("")
     if others := not_lesson_lines(found):
         parts += ["also under results/:", *(f"  {line}" for line in others), ""]
@@ -356,10 +429,10 @@ def plot_ttft(key: str, rows: list[dict[str, Any]]) -> Path | None:
     matplotlib.use("Agg")  # files only, no window
     import matplotlib.pyplot as plt
 
-    targets = list(dict.fromkeys(r["target"] for r in with_calls))
+    targets = list(dict.fromkeys(server_of(r) for r in with_calls))  # a twin has its own panel
     fig, axes = plt.subplots(1, len(targets), figsize=(5 * len(targets), 3.6), squeeze=False)
     for ax, target in zip(axes[0], targets, strict=True):
-        for r in (r for r in with_calls if r["target"] == target):
+        for r in (r for r in with_calls if server_of(r) == target):
             ttft = [c["ttft_ms"] for c in r["calls"]]
             ax.plot(range(1, len(ttft) + 1), ttft, marker="o", label=r.get("order", "run"))
         ax.set_yscale("log")

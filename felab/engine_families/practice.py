@@ -17,6 +17,7 @@ from felab.engine_families.family import (
     restart_with,
     root_of,
 )
+from felab.mock_server.twin import Twin, reported
 from felab.paths import from_here
 
 SERVER = ".venv/bin/python -m felab.mock_server"
@@ -28,13 +29,16 @@ def start_on(port: int) -> str:
 
 
 def fit_context(target: Target, over: Overflow, request_chars: int) -> str:
-    """Room for the prompt: a larger --context-tokens; with --seats, the same seats, each larger."""
+    """Room for the prompt: a larger --context-tokens; with --seats, the same seats, each larger.
+    A twin (started with --profile) is restarted with the same profile: the flags after it win."""
     port = ENGINE.moved_port(target.base_url)
     on_port = f" --port {port}" if port else ""  # the address this run used, not the usual one
+    twin = _twin(target)
+    server = f"{from_here(SERVER)} {twin.profile_flag()}" if twin else from_here(SERVER)
     seats = _seats(target)
     if seats is None or over.limit is None:
         return restart_with(
-            target, over, request_chars, lambda size: f"{from_here(SERVER)} --context-tokens {size}{on_port}"
+            target, over, request_chars, lambda size: f"{server} --context-tokens {size}{on_port}"
         )
     seat = fits(max(over.prompt_tokens or 0, over.limit + 1))
     prompt = f"{over.prompt_tokens:,}" if over.prompt_tokens else "more"
@@ -42,7 +46,7 @@ def fit_context(target: Target, over: Overflow, request_chars: int) -> str:
         f"The prompt ({prompt} tokens) does not fit a seat of the practice server at "
         f"{target.base_url} ({over.limit:,} tokens): it splits its context evenly between its {seats} seats "
         f"({over.limit * seats:,} in all), as llama.cpp does. Stop it (Ctrl+C in its terminal) and start "
-        f"it with seats of {seat:,}: `{from_here(SERVER)} --seats {seats} "
+        f"it with seats of {seat:,}: `{server} --seats {seats} "
         f"--context-tokens {seat * seats}{on_port}`. Then run this again."
     )
 
@@ -63,6 +67,26 @@ def forget_cache(target: Target) -> str:
     )
 
 
+def _twin(target: Target) -> Twin | None:
+    """The twin the practice server at the target serves (its GET /v1/models says, twin.py), or None."""
+    listed = get_json(f"{target.base_url}/models")
+    data = listed.get("data") if isinstance(listed, dict) else None
+    return reported(data[0]) if isinstance(data, list) and data else None
+
+
+def forget_twin_cache(target: Target) -> str:
+    """`forget_cache`, but a twin's restart keeps its profile (and the port this run used)."""
+    twin = _twin(target)
+    if twin is None:
+        return forget_cache(target)
+    port = ENGINE.moved_port(target.base_url)
+    again = f"make mock PROFILE={twin.path_here()}" + (f" PORT={port}" if port else "")
+    return (
+        f"empty its cache with `curl -X POST {root_of(target)}/admin/reset` (or restart it: Ctrl+C in its "
+        f"terminal, then `{from_here(again)}`)"
+    )
+
+
 ENGINE = Engine(
     name="mock",
     url="http://127.0.0.1:8765/v1",
@@ -71,5 +95,5 @@ ENGINE = Engine(
     api_key_flag=None,
     read_overflow=openai_overflow,
     fit_context=fit_context,
-    forget_cache=forget_cache,
+    forget_cache=forget_twin_cache,
 )

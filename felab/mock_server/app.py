@@ -46,6 +46,8 @@ from felab.mock_server.faults import ERRORS, RETRY_AFTER_S, Faults, StreamCut
 from felab.mock_server.intake import HANG_UP, Admission, HangUp, Intake, hang_up
 from felab.mock_server.replies import CHAT, COMPLETION, DONE, Reply, Shape, reply_text
 from felab.mock_server.sse import EventStream, Piece
+from felab.mock_server.twin import FIELD as TWIN_FIELD
+from felab.mock_server.twin import Twin
 from felab.mock_server.waits import OnTime, clock, sleep_until, wake_up
 from felab.mock_server.wire import (
     ApiError,
@@ -277,8 +279,9 @@ def model_card(settings: Settings) -> dict[str, Any]:
 # ── The app ──────────────────────────────────────────────────────────────────
 
 
-def create_app(settings: Settings | None = None) -> Intake:
-    """Build the practice server's ASGI app (Starlette behind the intake); `uvicorn` or a test serves it."""
+def create_app(settings: Settings | None = None, twin: Twin | None = None) -> Intake:
+    """Build the practice server's ASGI app (Starlette behind the intake); `uvicorn` or a test serves it.
+    `twin`: the profile it was started with, which /v1/models and /health report (twin.py)."""
     settings = settings or Settings()
 
     @contextlib.asynccontextmanager
@@ -296,6 +299,7 @@ def create_app(settings: Settings | None = None) -> Intake:
         routes=routes(settings, state, endpoints), exception_handlers=ERROR_HANDLERS, lifespan=lifespan
     )
     app.state.felab = ServerState.fresh(replace(settings, fail_rate=0.0))  # the warm-up must not fail
+    app.state.twin = twin
     wrapped = Intake(Shortcut(app, endpoints), settings.max_body_bytes, settings.request_timeout_s)
     return wrapped
 
@@ -398,21 +402,35 @@ class Shortcut:
         await response(scope, receive, send)
 
 
+def twin_of(request: Request) -> dict[str, Any] | None:
+    """The twin this server serves (create_app's `twin`, twin.py), as it reports it, or None."""
+    served: Twin | None = getattr(request.app.state, "twin", None)
+    return served.card() if served else None
+
+
+def listed_card(settings: Settings, request: Request) -> dict[str, Any]:
+    """The model object, with `felab_twin` when a twin serves it: its runs are recorded as the twin's."""
+    twin = twin_of(request)
+    return {**model_card(settings), **({TWIN_FIELD: twin} if twin else {})}
+
+
 def info_routes(settings: Settings, state: Callable[[], ServerState]) -> list[Route]:
     """The routes that only read: health, the model (listed or looked up), and /metrics."""
 
-    async def health(_: Request) -> Response:
-        # `server` and `pid` let a second `make mock` name this one and the command that stops it
-        return JSONResponse({"status": "ok", "server": HEALTH_NAME, "pid": os.getpid()})
+    async def health(request: Request) -> Response:
+        # `server` and `pid` let a second `make mock` name this one and the command that stops it;
+        # `twin`, whether it is the one asked for (serve.py)
+        health = {"status": "ok", "server": HEALTH_NAME, "pid": os.getpid()}
+        return JSONResponse({**health, "twin": twin_of(request)})
 
-    async def models(_: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [model_card(settings)]})
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [listed_card(settings, request)]})
 
     async def model(request: Request) -> Response:
         """One model, as the openai SDK's `models.retrieve` asks for it."""
         if request.path_params["model_id"] != settings.model:
             raise unknown_model(request.path_params["model_id"])
-        return JSONResponse(model_card(settings))
+        return JSONResponse(listed_card(settings, request))
 
     def snapshot() -> metrics.Snapshot:
         s = state()

@@ -228,6 +228,7 @@ def profile_option(skip: tuple[str, ...] = (), note: str = "") -> Callable[[Call
             values = read_settings(Path(value))
         except ProfileError as exc:
             raise click.BadParameter(str(exc), ctx, param) from None
+        ctx.meta[PROFILE_PATH] = Path(value)  # the server says which twin it is (twin.py)
         values = {k: v for k, v in values.items() if k not in skip}
         names = {p.name for p in ctx.command.params}
         flagged = {k: spelled(v) for k, v in values.items() if k in names}
@@ -246,3 +247,6 @@ def profile_option(skip: tuple[str, ...] = (), note: str = "") -> Callable[[Call
 
 UNFLAGGED = "felab.profile.unflagged"
 """ctx.meta key: the profile's settings that have no flag on this command."""
+
+PROFILE_PATH = "felab.profile.path"
+"""ctx.meta key: the profile file given, as typed."""

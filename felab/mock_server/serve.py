@@ -21,6 +21,7 @@ from felab.mock_server.config import DEFAULT_PORT, DEFAULTS, HEALTH_NAME, Settin
 from felab.mock_server.faults import HideStreamCuts
 from felab.mock_server.flags import server_options, to_settings, twin_help_option
 from felab.mock_server.profile import profile_option
+from felab.mock_server.twin import Twin, from_context, learner_folder, named, reported
 
 D = DEFAULTS
 
@@ -58,9 +59,40 @@ def practice_server_pid(host: str, port: int) -> int | None:
     return pid if isinstance(pid, int) else None
 
 
-def port_in_use(host: str, port: int) -> str:
-    """What holds host:port, and the command that stops only that (never a kill by name)."""
+def twin_at(host: str, port: int) -> Twin | None:
+    """The twin the practice server on host:port serves (its `GET /health` says), or None."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/health", timeout=2.0) as reply:
+            health = json.loads(reply.read())
+    except (OSError, ValueError):
+        return None
+    return reported(health.get("twin")) if isinstance(health, dict) else None
+
+
+def port_in_use(host: str, port: int, twin: Twin | None = None) -> str:
+    """What holds host:port, and the command that stops only that (never a kill by name).
+
+    A practice server there that is not the one asked for (the plain one while a twin was asked
+    for, another twin, a twin while the plain one was asked for) is named as such, with the
+    command that serves the one asked for on a free port."""
     pid = practice_server_pid(host, port)
+    holder = twin_at(host, port) if pid is not None else None
+    if pid is not None and (holder.path if holder else None) != (twin.path if twin else None):
+        import os
+        import sys
+
+        from felab.mock_server.launch import free_port
+
+        other = free_port()
+        flags = f"{twin.profile_flag()} " if twin else ""
+        python = os.path.relpath(sys.executable, learner_folder())  # the Python that runs this server
+        return (
+            f"port {port} on {host} is in use: a practice server already runs there (process {pid}), "
+            f"but it is {named(holder)}, not {named(twin)} you asked for. Stop it first (Ctrl+C in its "
+            f"terminal, or `kill {pid}`), then start this one again; or serve this one on a free port: "
+            f"`{python} -m felab.mock_server {flags}--port {other}`, and pass "
+            f"`--base-url http://{host}:{other}/v1` to the lesson scripts."
+        )
     if pid is not None:
         return (
             f"port {port} on {host} is in use: a practice server already runs there (process {pid}). "
@@ -100,13 +132,16 @@ def main(host: str, port: int, **values: Any) -> None:
     from felab.mock_server.connections import uvicorn_config
 
     settings = to_settings(values)  # a bad flag is named first, whatever holds the port
+    twin = from_context(click.get_current_context())  # --profile's twin, or None (twin.py)
     if not port_is_free(host, port):
-        raise click.ClickException(port_in_use(host, port))
+        raise click.ClickException(port_in_use(host, port, twin))
+    serving = f"{twin.described()} · " if twin else ""
     print(
-        f"practice server listening on http://{host}:{port}/v1 · {describe(settings)} · Ctrl+C stops it",
+        f"practice server listening on http://{host}:{port}/v1 · {serving}{describe(settings)} · "
+        f"Ctrl+C stops it",
         flush=True,
     )
-    config = uvicorn_config(create_app(settings), host, port, settings)  # with connections.py's limits
+    config = uvicorn_config(create_app(settings, twin), host, port, settings)  # with connections.py's limits
     logging.getLogger("uvicorn.error").addFilter(HideStreamCuts())  # after Config has set up logging
     hung_up_too(uvicorn.Server(config)).run()
 

@@ -152,7 +152,8 @@ def main() -> None:
         "cache_hit_pct": None if hit is None else 100 * hit,
     }
     print("\n" + table([row]))
-    record("06-prefix", {**row, "model": target.model, "warm_start": first_warm, "calls": calls})
+    extra_fields = {"model": target.model, "warm_start": first_warm, "quick": args.quick, "calls": calls}
+    record("06-prefix", {**row, **extra_fields})  # a --quick run is not the lesson's step (make numbers)
 
     if first_warm:
         print(
