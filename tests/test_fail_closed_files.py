@@ -54,8 +54,10 @@ def make(folder: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProces
         ("$(touch x)", "ok"),
     ],
 )
-def test_new_lesson_runs_nothing_a_name_holds(tmp_path: Path, folder: Path, n: str, name: str) -> None:
-    os.chdir(tmp_path)  # a relative `touch x` would land here, or in the folder make runs in
+def test_new_lesson_runs_nothing_a_name_holds(
+    tmp_path: Path, folder: Path, n: str, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # a relative `touch x` would land here, or in the folder make runs in
     before = sorted(p.name for p in (KIT / "lessons").iterdir())
     out = make(folder, tmp_path, "new-lesson", f"N={n}", f"NAME={name}")
     assert out.returncode != 0
