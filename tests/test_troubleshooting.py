@@ -7,10 +7,10 @@ import re
 
 from felab.paths import KIT_ROOT
 
-RAISED_BY = {"FelabError", "ClickException", "BadParameter", "ProfileError", "fail", "stop"}
+RAISED_BY = {"FelabError", "ClickException", "BadParameter", "ProfileError", "TokenizerError", "fail", "stop"}
 """What takes a learner-facing message as its first argument: the exceptions the command line turns
 into a paragraph, errors.fail (prints one), the Fireworks budget's stop (a Stop's message), and
-ProfileError (a timing profile the practice server refuses)."""
+ProfileError (a timing profile the practice server refuses), TokenizerError (a --tokenizer it cannot read)."""
 PAGE = KIT_ROOT / "docs" / "troubleshooting.md"
 
 

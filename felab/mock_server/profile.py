@@ -151,6 +151,7 @@ def profile_option(skip: tuple[str, ...] = (), note: str = "") -> Callable[[Call
         flagged = {k: spelled(v) for k, v in values.items() if k in names}
         ctx.default_map = {**(ctx.default_map or {}), **flagged}
         ctx.meta[UNFLAGGED] = {k: v for k, v in values.items() if k not in names}
+        ctx.meta[PROFILE_PATH] = Path(value)
 
     return click.option(
         "--profile",
@@ -164,3 +165,12 @@ def profile_option(skip: tuple[str, ...] = (), note: str = "") -> Callable[[Call
 
 UNFLAGGED = "felab.profile.unflagged"
 """ctx.meta key: the profile's settings that have no flag on this command."""
+PROFILE_PATH = "felab.profile.path"
+"""ctx.meta key: the profile read (the server's banner repeats its `[fit] warnings`)."""
+
+
+def warnings_of(path: Path) -> list[str]:
+    """The doubts calibrate wrote into a profile (`[fit] warnings`), to be said wherever it is used."""
+    fitted = load(path).get("fit")
+    found = fitted.get("warnings") if isinstance(fitted, dict) else None
+    return [str(w) for w in found] if isinstance(found, list) else []

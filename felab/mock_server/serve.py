@@ -9,6 +9,7 @@ import json
 import logging
 import socket
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import click
@@ -16,7 +17,8 @@ import click
 from felab.mock_server.config import DEFAULT_PORT, DEFAULTS, HEALTH_NAME, Settings
 from felab.mock_server.faults import HideStreamCuts
 from felab.mock_server.flags import server_options, to_settings
-from felab.mock_server.profile import profile_option
+from felab.mock_server.profile import PROFILE_PATH, profile_option, warnings_of
+from felab.mock_server.tokens import TokenizerError, counter_for
 
 D = DEFAULTS
 
@@ -95,15 +97,30 @@ def main(host: str, port: int, **values: Any) -> None:
     from felab.mock_server.connections import uvicorn_config
 
     settings = to_settings(values)  # a bad flag is named first, whatever holds the port
+    try:
+        counter_for(settings)  # a tokenizer is read now: a file that is not one stops here
+    except TokenizerError as exc:
+        raise click.ClickException(str(exc)) from None
     if not port_is_free(host, port):
         raise click.ClickException(port_in_use(host, port))
     print(
-        f"practice server listening on http://{host}:{port}/v1 · {describe(settings)} · Ctrl+C stops it",
+        "\n".join(banner(host, port, settings, click.get_current_context().meta.get(PROFILE_PATH))),
         flush=True,
     )
     config = uvicorn_config(create_app(settings), host, port, settings)  # with connections.py's limits
     logging.getLogger("uvicorn.error").addFilter(HideStreamCuts())  # after Config has set up logging
     uvicorn.Server(config).run()
+
+
+def banner(host: str, port: int, settings: Settings, profile: Path | None = None) -> list[str]:
+    """What the server says as it starts: where it listens and what it models, then, for a twin,
+    the doubts calibrate wrote into its profile (`[fit] warnings`): numbers from a doubtful fit
+    must not pass for a good one's."""
+    lines = [f"practice server listening on http://{host}:{port}/v1 · {describe(settings)} · Ctrl+C stops it"]
+    if profile is not None:
+        said = f"WARNING (from the profile {profile.name}, when it was made)"
+        lines += [f"{said}: {warning}" for warning in warnings_of(profile)]
+    return lines
 
 
 def describe(s: Settings) -> str:
@@ -117,6 +134,8 @@ def describe(s: Settings) -> str:
         words.append(f"{s.seats} seats of {s.context_tokens // s.seats:,} tokens ({s.cache_mode} cache)")
     if s.cache_ttl_s:
         words.append(f"cache TTL {s.cache_ttl_s:g} s")
+    if s.tokenizer is not None or s.chars_per_token != D.chars_per_token:
+        words.append(f"tokens counted with {counter_for(s).name}")
     if s.fail_rate:
         words.append(f"failing {s.fail_rate:.0%} ({', '.join(s.fail_types)}, seed {s.seed})")
     return " · ".join(words)
