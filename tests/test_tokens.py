@@ -13,7 +13,10 @@ from pathlib import Path
 import openai
 import pytest
 
-from felab.calibrate import prompts
+from felab.calibrate import check as card
+from felab.calibrate import counting, prompts
+from felab.calibrate.probes import Prober, Sample
+from felab.connect import client
 from felab.mock_server.config import Settings
 from felab.mock_server.launch import practice_server
 from felab.mock_server.profile import PROFILE_PATH
@@ -28,6 +31,7 @@ from felab.mock_server.tokens import (
     load_tokenizer,
 )
 from felab.mock_server.wire import Message, chat_template
+from felab.targets import NO_KEY, Target
 
 pytest.importorskip("tokenizers", reason="the engines extra (tokenizers) is not installed: make engines")
 pytest.importorskip("gguf", reason="the engines extra (gguf) is not installed: make engines")
@@ -192,3 +196,123 @@ def test_the_banner_names_the_tokenizer_and_repeats_the_profiles_warnings(
         "decode 400 tok/s · Ctrl+C stops it"
     ]
     assert PROFILE_PATH  # the key serve.py reads the profile's path under
+
+
+# ── calibrate finds the engine's tokenizer, or fits characters on varied text (calibrate/counting.py) ──
+
+
+def prober(url: str, model: str) -> Prober:
+    target = Target("mock", url, model, NO_KEY, False)
+    return Prober(target, client(target), counting.REQUESTS, lambda _: None, seed=5)
+
+
+def test_calibrate_records_the_gguf_llama_server_names_and_fits_the_template(
+    files: tuple[Path, Path],
+) -> None:
+    """A practice server standing in for llama-server: it counts with the GGUF and names it in
+    GET /props `model_path`, as llama-server does; its template adds 7 tokens."""
+    gguf_file = str(files[1])
+    flags = ("--seats", "1", "--model", gguf_file, "--tokenizer", gguf_file, "--template-tokens", "7")
+    with practice_server(*flags) as url:
+        found = counting.find(prober(url, gguf_file), Target("mock", url, gguf_file, NO_KEY, False))
+    assert found.settings == {"tokenizer": str(files[1].resolve()), "template_tokens": 7}
+    assert found.measured["token_count_error_tokens"] == [0] * counting.REQUESTS
+    assert "counted with the engine's tokenizer" in found.line and "GET /props" in found.line
+
+
+def test_calibrate_records_the_tokenizer_json_of_a_model_folder(files: tuple[Path, Path]) -> None:
+    """As mlx_lm.server: the model id is a folder holding tokenizer.json (no /props)."""
+    folder = str(files[0].parent)
+    with practice_server("--model", folder, "--tokenizer", str(files[0]), "--template-tokens", "-2") as url:
+        found = counting.find(prober(url, folder), Target("mock", url, folder, NO_KEY, False))
+    assert found.settings == {"tokenizer": str(files[0].resolve()), "template_tokens": -2}
+
+
+def test_without_a_tokenizer_file_calibrate_fits_characters_on_varied_text_and_states_the_error(
+    files: tuple[Path, Path],
+) -> None:
+    """The engine counts with a real tokenizer the twin cannot name: one ratio cannot fit prose and
+    another script at once, and the profile says by how much it misses each, on held-out text."""
+    tok = load_tokenizer(files[0])
+    with practice_server("--tokenizer", str(files[0])) as url:
+        p = prober(url, "felab-practice")
+        found = counting.find(p, Target("mock", url, "felab-practice", NO_KEY, False))
+    ratio = found.settings["chars_per_token"]
+    assert set(found.settings) == {"chars_per_token"}
+    errors = found.measured["token_count_error_pct"]
+    assert set(errors) == set(prompts.KINDS)
+    rng = random.Random(p.seed ^ 0xC0DE)  # the texts counting sent: its second text of each kind is held out
+    sent = [
+        (kind, f"{prompts.tag(rng)} {prompts.varied(kind, counting.TEXT_CHARS, rng)}")
+        for _ in range(counting.TEXTS_PER_KIND)
+        for kind in prompts.KINDS
+    ]
+    for kind, content in sent[len(prompts.KINDS) :]:
+        text = chat_template([Message(role="user", content=content)])
+        real = len(tok.encode(text, add_special_tokens=False).ids)
+        assert errors[kind] == pytest.approx(100 * (len(text) / ratio / real - 1), rel=0.02)
+    assert errors["script"] < -50 < 0 < errors["prose"]  # prose over-counted, another script under
+    assert "no tokenizer" not in found.line and "give --tokenizer" in found.line
+
+
+# ── --check's held-out work is text unlike calibrate's, and the card says how far the count is ──
+
+
+class Recording(Prober):
+    """A prober that keeps every message it sends (the requests go out as ever)."""
+
+    def __init__(self, url: str) -> None:
+        target = Target("mock", url, "felab-practice", NO_KEY, False)
+        super().__init__(target, client(target), 1000, lambda _: None, seed=11)
+        self.sent: list[str] = []
+
+    def call(self, messages: list[dict], max_tokens: int = 2, keep_opening: bool = False) -> Sample:
+        self.sent += [m["content"] for m in messages]
+        return super().call(messages, max_tokens, keep_opening)
+
+    def together(self, batches: list[list[dict]], max_tokens: int = 2) -> list[Sample]:
+        self.sent += [m["content"] for b in batches for m in b]
+        return super().together(batches, max_tokens)
+
+
+FAST = ("--prefill-tps", "1000000", "--decode-tps", "100000")
+
+
+def test_the_checks_held_out_work_is_text_unlike_calibrates_own() -> None:
+    with practice_server(*FAST) as url:
+        p = Recording(url)
+        card.one_round(p, 800, {})
+    long = [text for text in p.sent if len(text) > 300]  # the prompts, not the untimed call or questions
+    assert len(long) >= 8
+    for text in long:
+        assert not any(sentence in text for sentence in prompts.SENTENCES), text[:200]
+    together = " ".join(long)
+    assert any(word in together for word in prompts.HELD_OUT.words)  # another script
+    assert any(name in together for name in prompts.HELD_OUT.names)  # code
+    assert any(sentence in together for sentence in prompts.HELD_OUT.sentences)
+
+
+def test_the_card_says_how_far_the_twins_count_is_from_the_real_servers(files: tuple[Path, Path]) -> None:
+    """The same held-out round on an "engine" that counts with a tokenizer and on a twin that counts
+    characters (4 a token): the card's note is the pairwise difference of their prompt_tokens."""
+    with practice_server(*FAST, "--tokenizer", str(files[0])) as real_url, practice_server(*FAST) as twin_url:
+        real, twin = Recording(real_url), Recording(twin_url)
+        real.chars_per_token = twin.chars_per_token = card.sizing(real, 11)
+        got: tuple[dict[str, list[Sample]], dict[str, list[Sample]]] = ({}, {})
+        for p, out in zip((real, twin), got, strict=True):
+            p.rng = random.Random(11)
+            card.one_round(p, 800, out)
+    tok = load_tokenizer(files[0])
+    sizing_text = chat_template([Message(role="user", content=real.sent[0])])
+    assert real.chars_per_token == pytest.approx(len(sizing_text) / len(tok.encode(sizing_text).ids))
+    cold = [k for k in got[0] if k.startswith("cold")]
+    off = sorted(
+        (t.prompt_tokens - r.prompt_tokens) / r.prompt_tokens
+        for k in cold
+        for r, t in zip(got[0][k], got[1][k], strict=True)
+    )
+    note = card.count_note(got[0], got[1], "characters, 4 a token")
+    assert note is not None
+    assert f"{off[len(off) // 2]:+.1%} (median of {len(off)} cold prompts" in note
+    assert off[-1] < -0.3  # 4 characters a token counts this text (about 2 a token) far short
+    assert "(the profile counts with characters, 4 a token)" in note

@@ -54,6 +54,8 @@ MEANINGS: dict[str, tuple[str, str]] = {
     ),
     "untiled_ns": ("ns", "what each token of such a piece costs per token of context"),
     "chars_per_token": ("chars", "characters of text per prompt token, as the engine counts them"),
+    "tokenizer": ("", "the engine's tokenizer (the model file it loaded): the twin counts tokens with it"),
+    "template_tokens": ("tokens", "the engine's chat template's fixed tokens beyond the twin's plain one"),
     "decode_tps": ("tokens/s", "reply tokens per second of one stream alone"),
     "decode_slowdown": ("", "each further stream decoding at once slows every stream by this share"),
     "decode_context_ns": ("ns", "what each prompt token adds to the time of every reply token"),

@@ -83,16 +83,18 @@ def tag(rng: random.Random) -> str:
     return f"Case {rng.randrange(16**8):08x}."
 
 
-def fresh(chars: int, rng: random.Random) -> list[dict]:
-    """A chat request of about `chars` characters that shares no start with any other."""
-    head = tag(rng)
-    return [{"role": "user", "content": f"{head} {prose(max(0, chars - len(head) - 1), rng)}"}]
+def fresh(chars: int, rng: random.Random, held_out: bool = False) -> list[dict]:
+    """A chat request of about `chars` characters that shares no start with any other
+    (`held_out`: of text unlike calibrate's, `mixed`)."""
+    return [{"role": "user", "content": opening(chars, rng, held_out)}]
 
 
-def opening(chars: int, rng: random.Random) -> str:
-    """An opening of about `chars` characters, to be sent again with different questions."""
+def opening(chars: int, rng: random.Random, held_out: bool = False) -> str:
+    """An opening of about `chars` characters, to be sent again with different questions
+    (`held_out`: of text unlike calibrate's, `mixed`)."""
     head = tag(rng)
-    return f"{head} {prose(max(0, chars - len(head) - 1), rng)}"
+    body = mixed if held_out else prose
+    return f"{head} {body(max(0, chars - len(head) - 1), rng)}"
 
 
 def with_question(opening_text: str, question: str, first: bool = True) -> list[dict]:
@@ -210,12 +212,19 @@ def _piece(kind: str, rng: random.Random, pool: Pool) -> str:
     raise ValueError(f"no such kind of text: {kind} (one of {', '.join(KINDS)})")
 
 
+KIND_SHARE = {"prose": 0.55, "code": 0.25, "numbers": 0.12, "script": 0.08}
+"""How much of a prompt is of each kind, in characters: mostly prose, then code, numbers, a little
+of another script (the mix `mixed` draws, and the one ratio a character model fits: counting.py)."""
+
+
 def mixed(chars: int, rng: random.Random, pool: Pool = HELD_OUT) -> str:
-    """About `chars` characters of every kind in turn, pieces of 150 to 400 characters each."""
+    """About `chars` characters of pieces of 150 to 400 characters, each of a kind drawn by
+    KIND_SHARE, from `pool` (--check's held-out text: HELD_OUT)."""
     out: list[str] = []
     size = 0
+    kinds, shares = list(KIND_SHARE), list(KIND_SHARE.values())
     while size < chars:
-        piece = varied(rng.choice(KINDS), rng.randrange(150, 400), rng, pool)
+        piece = varied(rng.choices(kinds, shares)[0], rng.randrange(150, 400), rng, pool)
         out.append(piece)
         size += len(piece) + 1
     return "\n".join(out)[:chars]
