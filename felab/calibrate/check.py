@@ -353,9 +353,10 @@ def pieces_note(
 ) -> str | None:
     """Where a kind missed and the prompts that ended in a last piece of few rows (the profile's
     `tile_tokens`) on one server outnumber those on the other by a fifth of its prompts or more,
-    say how many on each: the twin counts tokens from characters, and the same text is a few
-    tokens more or fewer to the engine's tokenizer, which decides which side of a multiple of
-    `ubatch_tokens` a prompt ends on."""
+    say how many on each: a twin that counts tokens from characters counts the same text a few
+    tokens more or fewer than the engine's tokenizer (and one with the tokenizer finds a few tokens
+    of a prompt's start cached where the engine does not), which decides which side of a multiple
+    of `ubatch_tokens` a prompt ends on."""
     from felab.mock_server.profile import timing_of
 
     timing = timing_of(settings)
@@ -380,12 +381,17 @@ def pieces_note(
         if timing.ubatch_tokens
         else f"whether a prompt has fewer than {timing.tile_tokens} new tokens"
     )
+    why = (
+        "The twin counts tokens with the engine's tokenizer, but its chat template is not the "
+        "engine's: the few tokens of a prompt's start that the server finds cached differ"
+        if settings.get("tokenizer")
+        else "The twin counts tokens from characters; the real server's tokenizer counts the same "
+        "text a few tokens differently"
+    )
     return (
         f"Prompts that ended in a last piece of fewer than {timing.tile_tokens} tokens (read a token at "
-        f"a time, each a pass over the context): {'; '.join(found)}. The twin counts tokens from "
-        f"characters; the real server's tokenizer counts the same text a few tokens differently, and "
-        f"that decides {where}. The twin cannot tell: a median over prompts that "
-        f"landed mostly on one side is that side's."
+        f"a time, each a pass over the context): {'; '.join(found)}. {why}, and that decides {where}. "
+        f"The twin cannot tell: a median over prompts that landed mostly on one side is that side's."
     )
 
 

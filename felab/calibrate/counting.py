@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from felab.calibrate import fit, prompts
-from felab.calibrate.probes import Prober, Sample, get_json
+from felab.calibrate.probes import Prober, get_json
 from felab.mock_server.tokens import TokenizerCounter, TokenizerError, load_tokenizer
 from felab.mock_server.wire import Message, chat_template
 from felab.targets import Target
@@ -46,18 +46,28 @@ PROMPT_TOKENS = REQUESTS * TEXT_CHARS // 2
 """About how many prompt tokens they hold (another script runs at 2 characters a token or fewer)."""
 
 
+NOT_COUNTED = (
+    "tokens: counted from characters as the cold prompts ran (calibrate's prose): every counting text "
+    "came back with no text and was sent again as another, so no other text was counted."
+)
+
+
 @dataclass
 class Counted:
     """One counting text: its kind, the messages sent, and the server's count of them."""
 
     kind: str
     messages: list[dict]
-    sample: Sample
+    prompt_tokens: int
 
     @property
     def text(self) -> str:
         """The messages as the practice server sees them (its plain chat template)."""
         return chat_template([Message(**m) for m in self.messages])
+
+    @property
+    def chars(self) -> int:
+        return prompts.chars_of(self.messages)
 
 
 @dataclass
@@ -70,14 +80,19 @@ class Finding:
 
 
 def send_texts(p: Prober) -> list[Counted]:
-    """TEXTS_PER_KIND texts of each kind, each a cold prompt (its own tag), timed as any probe."""
+    """TEXTS_PER_KIND texts of each kind, each a cold prompt (its own tag), timed as any probe. A
+    reply with no text is sent again with new text (`Prober.call`), whose messages this step
+    does not know: such a text is left out."""
     rng = random.Random(p.seed ^ 0xC0DE)
     out = []
     for _ in range(TEXTS_PER_KIND):
         for kind in prompts.KINDS:
-            head = prompts.tag(rng)
-            messages = [{"role": "user", "content": f"{head} {prompts.varied(kind, TEXT_CHARS, rng)}"}]
-            out.append(Counted(kind, messages, p.call(messages)))
+            messages = [
+                {"role": "user", "content": f"{prompts.tag(rng)} {prompts.varied(kind, TEXT_CHARS, rng)}"}
+            ]
+            sample = p.call(messages)
+            if not sample.retried:
+                out.append(Counted(kind, messages, sample.prompt_tokens))
     return out
 
 
@@ -89,16 +104,17 @@ def tokenizer_file(target: Target) -> tuple[Path | None, str]:
     props = get_json(f"{target.base_url.removesuffix('/v1')}/props")
     loaded = props.get("model_path") if isinstance(props, dict) else None
     if isinstance(loaded, str) and loaded not in ("", "none"):
-        path = Path(loaded)
-        if not path.is_file():
+        if not Path(loaded).is_absolute():  # relative to where the server was started: unknown here
+            return None, (
+                f"the server names its model by a relative path ({loaded}, GET /props; start it "
+                f"with the model's full path to let calibrate read its tokenizer)"
+            )
+        if not Path(loaded).is_file():
             return None, f"the server loaded {loaded} (GET /props), which is not on this machine"
-        beside = path.parent / "hf" / "tokenizer.json"
-        return path, f"the model the server loaded ({loaded}, GET /props)" + (
-            f"; {beside} beside it" if beside.is_file() else ""
-        )
+        return Path(loaded), "the model file the server loaded: GET /props"
     folder = Path(target.model)
     if (folder / "tokenizer.json").is_file():
-        return folder / "tokenizer.json", f"the model's folder ({target.model}, its model id)"
+        return folder / "tokenizer.json", "in the model's folder, its model id"
     return None, "the server names no model file on this machine (GET /props, or a model id that is a folder)"
 
 
@@ -117,16 +133,20 @@ def counter(path: Path) -> tuple[Path, TokenizerCounter | None, str]:
 
 def with_tokenizer(path: Path, tok: TokenizerCounter, texts: list[Counted], found: str) -> Finding:
     """The tokenizer's count against the server's: the fixed tokens, then what is left over."""
-    diffs = [c.sample.prompt_tokens - len(tok.ids(c.text)) for c in texts]
+    diffs = [c.prompt_tokens - len(tok.ids(c.text)) for c in texts]
     fixed = round(fit.median(diffs))
     off = [d - fixed for d in diffs]
     worst = max(range(len(off)), key=lambda i: abs(off[i]))
-    pct = 100 * off[worst] / texts[worst].sample.prompt_tokens
+    pct = 100 * off[worst] / texts[worst].prompt_tokens
+    how = (
+        f"exactly as the server does on all {len(texts)}"
+        if not off[worst]
+        else f"within {abs(off[worst])} tokens ({pct:+.1f}%, {texts[worst].kind}) of the server on "
+        f"{len(texts)}"
+    )
     line = (
-        f"tokens: counted with the engine's tokenizer, from {found}: {path}. On {len(texts)} texts "
-        f"(prose, code, numbers, another script) it counts as the server does to within "
-        f"{abs(off[worst])} tokens ({pct:+.1f}%, {texts[worst].kind}), with {fixed:+d} tokens of "
-        f"chat template."
+        f"tokens: counted with the engine's tokenizer, {path} ({found}): {how} texts of prose, code, "
+        f"numbers and another script, with {fixed:+d} tokens of chat template."
     )
     return Finding(
         {"tokenizer": str(path.resolve()), "template_tokens": fixed},
@@ -150,16 +170,18 @@ def with_characters(texts: list[Counted], why: str) -> Finding:
         else:
             fitted[c.kind] = c
     share = sum(prompts.KIND_SHARE.get(k, 0.0) for k in fitted)
-    per_char = sum(
-        prompts.KIND_SHARE.get(k, 0.0) * c.sample.prompt_tokens / c.sample.chars for k, c in fitted.items()
-    )
+    per_char = sum(prompts.KIND_SHARE.get(k, 0.0) * c.prompt_tokens / c.chars for k, c in fitted.items())
     ratio = share / per_char  # characters a token over a prompt of prompts.KIND_SHARE's mix
-    errors = {c.kind: fit.sig(100 * (c.sample.chars / ratio / c.sample.prompt_tokens - 1), 3) for c in held}
-    shown = ", ".join(f"{k} {e:+.0f}%" for k, e in errors.items())
+    errors = {c.kind: fit.sig(100 * (c.chars / ratio / c.prompt_tokens - 1), 3) for c in held}
+    shown = (
+        "On held-out text the twin counts " + ", ".join(f"{k} {e:+.0f}%" for k, e in errors.items())
+        if errors
+        else "No held-out text came back with text, so its error is not known"
+    )
     line = (
         f"tokens: counted from characters, {ratio:.2f} a token (fitted on prose, code, numbers and "
-        f"another script), since {why}. On held-out text the twin counts {shown} against the "
-        f"server: give --tokenizer (the model's tokenizer.json or .gguf) to the twin to count exactly."
+        f"another script), since {why}. {shown} against the server: give --tokenizer (the model's "
+        f"tokenizer.json or .gguf) to the twin to count exactly."
     )
     return Finding(
         {"chars_per_token": fit.sig(ratio)},
@@ -175,6 +197,8 @@ def find(p: Prober, target: Target) -> Finding:
     """Send the counting texts; count them with the engine's tokenizer if there is one, else fit
     characters; either way say how far the twin's count is from the server's."""
     texts = send_texts(p)
+    if not texts:  # every one came back with no text, and was sent again as another
+        return Finding({}, {"token_count": "not checked (every counting text was sent again)"}, NOT_COUNTED)
     path, found = tokenizer_file(target)
     if path is None:
         return with_characters(texts, found)

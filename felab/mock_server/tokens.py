@@ -144,8 +144,14 @@ def id_block_keys(ids: Sequence[int], block_tokens: int) -> list[int]:
 def counter_for(settings: Settings) -> TokenCounter:
     """The counter these settings name: the engine's tokenizer (`--tokenizer`), else characters."""
     if settings.tokenizer is None:
-        return CharCounter(settings.chars_per_token)
+        return _chars(settings.chars_per_token)
     return _loaded(settings.tokenizer, settings.template_tokens)
+
+
+@functools.lru_cache(maxsize=16)
+def _chars(chars_per_token: float) -> CharCounter:
+    """One counter per ratio: a request looks it up instead of making one."""
+    return CharCounter(chars_per_token)
 
 
 @functools.lru_cache(maxsize=4)
