@@ -45,7 +45,8 @@ REQUESTS = TEXTS_PER_KIND * len(prompts.KINDS)
 PROMPT_TOKENS = REQUESTS * TEXT_CHARS
 """About how many prompt tokens they hold, at most (announced, billed on a paid target): a token a
 character on average. Prose runs at 3 to 4 characters a token, but another script, to a small
-vocabulary, at 2 tokens a character (the kit's tiny models: 7,700 tokens for the 8 texts)."""
+vocabulary, at about 2 tokens a character (the kit's tiny models: some 7,700 tokens for the 8
+texts, by the rates measured per kind)."""
 
 
 NOT_COUNTED = (
