@@ -12,7 +12,8 @@ export FELAB_CALLER_DIR ?= $(PWD)
 
 .DEFAULT_GOAL := help
 .PHONY: help setup demo mock check smoke bench test lint numbers new-lesson fw-check bundle bundle-serve \
-	engines llama-server tiny-model test-engines replay test-load cluster calibrate
+	engines llama-server tiny-model test-engines replay test-load cluster calibrate docs \
+	fleet fleet-stop fleet-stats fleet-check test-routers
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -25,13 +26,14 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	@test -e .env || cp .env.example .env
 	@$(PYTHON) -c 'import sys; (3, 10) <= sys.version_info[:2] <= (3, 13) or sys.exit("error: felab needs Python 3.10 to 3.13; $(PYTHON) is " + sys.version.split()[0] + ". Name another one, for example: make PYTHON=python3.12 setup")'
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -e .
+	@echo "installing the kit into $(VENV) (once; about 35 s on a fast network, longer on a slow one) ..."
+	@start=$$(date +%s); $(PYTHON) -m venv $(VENV) && $(PY) -m pip install --quiet -e . \
+	  && echo "installed in $$(( $$(date +%s) - start )) s"
 	@touch $@
 
 $(VENV)/.installed-%: $(STAMP)
 	@echo "installing the kit's $* extra into $(VENV) (once) ..."
-	@$(PY) -m pip install --quiet -e '.[$*]'
+	@start=$$(date +%s); $(PY) -m pip install --quiet -e '.[$*]' && echo "installed in $$(( $$(date +%s) - start )) s"
 	@touch $@
 
 setup: $(STAMP) | .env ## create .venv and install the kit, and .env from .env.example (the other targets do this for you)
@@ -49,12 +51,15 @@ smoke: $(STAMP) ## every lesson script against a fresh practice server, in quick
 	@$(PY) -m felab smoke
 
 bench: $(STAMP) ## how faithful the practice server is: TTFT vs predicted and vs the floor, CPU, memory; replay speed, balance, --jobs, hostile input; calibrate and check against llama.cpp where built (~4 min)
-	@$(PY) -m felab.mock_server.fidelity
-	@$(PY) -m felab.replay.bench
-	@$(PY) -m felab.calibrate.bench
+	@$(PY) -m felab.bench
 
 fw-check: $(call EXTRA,fireworks) ## anything on Fireworks still billing, and the command that stops it (fails closed)
 	@$(PY) -m felab fw-check
+
+# Targets whose messages differ when typed through make (felab/paths.py, make_target): flags go in
+# ARGS; bundle-serve builds first, and the build then says the pages are served next, not how to.
+replay: export FELAB_MAKE_TARGET = replay
+bundle-serve: export FELAB_MAKE_TARGET = bundle-serve
 
 replay: $(call EXTRA,plot) $(if $(findstring --scheduler,$(ARGS)),$(call EXTRA,cluster)) ## a production trace through the practice server's model: make replay TRACE=f ARGS="--replicas 1,8"
 	@$(PY) -m felab replay $(TRACE) $(ARGS)
@@ -67,12 +72,38 @@ cluster: $(call EXTRA,cluster) ## install Dask for sweeps on several machines: r
 calibrate: $(call EXTRA,plot) ## measure a server, write a profile for the practice server: make calibrate TARGET=llamacpp ARGS="--check f"
 	@$(PY) -m felab calibrate --target $(or $(TARGET),llamacpp) $(ARGS)
 
+# The routers extra is one binary per router from PyPI: say what to do when it cannot be had.
+$(VENV)/.installed-routers: $(STAMP)
+	@echo "installing the kit's routers extra into $(VENV) (once) ..."
+	@$(PY) -m pip install --quiet -e '.[routers]' || { echo "error: could not install the routers extra (sglang-router, vllm-router) from PyPI; pip's reason is above. Without network here: on a machine with network run 'pip download sglang-router vllm-router -d wheels', copy wheels/ into the kit folder, then '$(PY) -m pip install wheels/*.whl' and 'touch $@'. Or 'make fleet ROUTER=none', the kit's own fleet, which needs nothing more." >&2; exit 1; }
+	@touch $@
+
+fleet: $(if $(filter none,$(ROUTER)),$(STAMP),$(call EXTRA,routers)) ## practice servers behind a real router: make fleet N=4 ROUTER=sglang|vllm|none [POLICY=cache_aware PROFILE=f PORT=8780] (Ctrl+C stops all)
+	@$(PY) -m felab fleet -n "$(or $(N),4)" --router "$(or $(ROUTER),sglang)" $(if $(POLICY),--policy "$(POLICY)") $(if $(PORT),--port "$(PORT)") $(if $(PROFILE),--profile "$(if $(filter /%,$(PROFILE)),$(PROFILE),$(FELAB_CALLER_DIR)/$(PROFILE))")
+
+fleet-stop: $(STAMP) ## stop the running fleet: only the processes it started, by PID
+	@$(PY) -m felab fleet stop
+
+fleet-stats: $(STAMP) ## where the fleet's router sent the requests: per worker, requests, prefix-cache hit rate, load
+	@$(PY) -m felab fleet stats
+
+fleet-check: $(call EXTRA,routers) ## the kit's modelled route against sglang-router on one workload: which worker, hit rate, load (~2 min; ARGS="--json")
+	@$(PY) -m felab fleet check --router "$(or $(ROUTER),sglang)" $(ARGS)
+
+test-routers: $(call EXTRA,dev) ## the real routers (sglang-router, vllm-router) in front of practice servers (installs them, or skips saying why)
+	$(PY) -m pytest -m routers tests/test_fleet_routers.py
+
 numbers: $(call EXTRA,plot) ## your numbers: the latest cold run per lesson, target and order (and a TTFT picture)
 	@$(PY) -m felab numbers
 
+# N and NAME reach Python as arguments, through the environment and exactly as typed ($(value):
+# make expands nothing in them), never as shell text: a NAME holding quotes, `...` or $(...) is
+# refused by felab's check, not run.
+new-lesson: export FELAB_NEW_N := $(value N)
+new-lesson: export FELAB_NEW_NAME := $(value NAME)
 new-lesson: $(STAMP) ## create lessons/N-NAME/ that already runs: make new-lesson N=07 NAME=batching
-	@test -n "$(N)" -a -n "$(NAME)" || { echo "usage: make new-lesson N=07 NAME=batching"; exit 2; }
-	@$(PY) -m felab new-lesson "$(N)" "$(NAME)"
+	@test -n "$$FELAB_NEW_N" -a -n "$$FELAB_NEW_NAME" || { echo "usage: make new-lesson N=07 NAME=batching"; exit 2; }
+	@$(PY) -m felab new-lesson -- "$$FELAB_NEW_N" "$$FELAB_NEW_NAME"
 
 bundle: $(call EXTRA,course) ## the lesson pages as an offline site in build/bundle/, your numbers filled from results/
 	@$(PY) -m felab bundle build
@@ -86,13 +117,16 @@ llama-server: ## build llama.cpp's llama-server from source into .tools/bin (no 
 	@bash scripts/build_llama_server.sh
 
 tiny-model: $(call EXTRA,engines) ## write the offline tiny model (random weights, gibberish) to .tools/tiny-model
-	@$(PY) -m felab.engines.tiny_model
+	@$(PY) -m felab.tiny_model
 
 test-engines: $(call EXTRA,engines) $(call EXTRA,dev) ## real llama.cpp and MLX with the tiny model (each skips, saying why, if missing)
 	$(PY) -m pytest -m engines tests/engines
 
-test-load: $(call EXTRA,dev) ## load and slow clients on 127.0.0.1: hung-up prompts, trickled requests (~1 min)
-	$(PY) -m pytest -m load tests/test_load.py
+test-load: $(call EXTRA,dev) ## load and slow clients on 127.0.0.1: hung-up prompts, trickled requests; a real Dask cluster (~1 min)
+	$(PY) -m pytest -m load tests
+
+docs: $(STAMP) ## rewrite the docs' tables that restate code (flags, targets, .env.example) from it; a no-op when up to date
+	@$(PY) -m felab.docs_gen
 
 lint: $(call EXTRA,dev) ## ruff (lint and format) over the kit, and mypy over felab/
 	$(PY) -m ruff check felab lessons tests

@@ -6,7 +6,7 @@ A lesson script imports what it needs from here:
 
 The learner's library is the modules at this level. The practice server
 (felab/mock_server/), the course tooling (felab/course/), the Fireworks billing
-check (felab/fireworks/) and the tiny model for real engines (felab/engines/)
+check (felab/fireworks/) and the tiny model for real engines (felab/tiny_model/)
 are packages of their own. Names are loaded on first use (PEP 562), so
 starting the practice server does not import the openai SDK.
 """

@@ -9,8 +9,9 @@
     felab new-lesson   a new lesson folder that already runs
     felab replay       a production trace through the practice server's model (felab/replay/)
     felab agent-trace  a trace of lesson 06's agent, for `felab replay`
-    felab tiny-model   the offline tiny model for the real engines (felab/engines/)
+    felab tiny-model   the offline tiny model for the real engines (felab/tiny_model/)
     felab calibrate    measure a server and write a profile the practice server can run (felab/calibrate/)
+    felab fleet        practice servers, each a process, behind a real router (felab/fleet/)
 
 `make help` lists the Make targets that call these (tests/test_docs_match_code.py keeps this
 list whole). A FelabError ends any of them with its one paragraph and exit status 2; Ctrl+C
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any, cast
 
 import click
 import openai
@@ -42,8 +44,9 @@ from felab.errors import (
     silence_stdout,
     what_was_recorded,
 )
+from felab.guarded import ReplyStopped, guarded_client, stopped_by
 from felab.mock_server.launch import practice_server
-from felab.paths import KIT_ROOT, from_here, load_env
+from felab.paths import KIT_ROOT, from_here, load_env, make_target
 from felab.results import iter_records, results_path
 from felab.tables import table
 from felab.targets import TARGETS, configured_model, default_url, key_status, start_command
@@ -52,7 +55,7 @@ PREFIX_BENCH = LESSONS_DIR / "06-prefix-caching" / "prefix_bench.py"
 
 
 RECORDS_HERE = {"replay"}
-"""Commands that record rows in this process (results.RECORDED knows them): Ctrl+C says which."""
+"""Commands that record rows in this process (this_run.RECORDED knows them): Ctrl+C says which."""
 
 
 class FelabGroup(click.Group):
@@ -133,7 +136,11 @@ def check() -> None:
             rows.append({"target": name, "url": url, "status": "address without http://", "model": model})
             notes.append(f"note: {exc.message}")
             continue
-        status, model_shown = probe(name, url, model)
+        try:
+            status, model_shown = probe(name, url, model)
+        except ReplyStopped as exc:  # a limit of the kit's: one row, and the message under the table
+            status, model_shown = "up, but its answer was not readable (see below)", model or "?"
+            notes.append(f"note: {exc.message}")
         rows.append({"target": name, "url": url, "status": status, "model": model_shown})
     click.echo(table(rows))
     for note in notes:
@@ -141,13 +148,17 @@ def check() -> None:
 
 
 def probe(name: str, url: str, model: str | None) -> tuple[str, str]:
-    """Whether the server at `url` is up, and the model a script would ask it for."""
-    api = openai.OpenAI(base_url=url, api_key="not-needed", max_retries=0, timeout=2.0)
+    """Whether the server at `url` is up, and the model a script would ask it for. Its answer is
+    read within the kit's limits (felab/guarded.py): one that passes them is a ReplyStopped."""
+    http = cast(Any, guarded_client(f"the {name} server at {url}", 2.0))  # as connect.client()'s
+    api = openai.OpenAI(base_url=url, api_key="not-needed", max_retries=0, timeout=2.0, http_client=http)
     try:
         ids = [m.id for m in api.models.list()]
     except openai.APIStatusError as exc:  # answering, but /v1/models is not what we expect
         return f"up (HTTP {exc.status_code} on /v1/models)", model or "?"
-    except openai.OpenAIError:
+    except openai.OpenAIError as exc:
+        if (stopped := stopped_by(exc)) is not None:
+            raise stopped from exc
         return f"down (start: {start_command(name, url)})", model or "asked from the server"
     if model is None:
         return "up", ", ".join(ids[:3]) or "no model"
@@ -277,6 +288,9 @@ def bundle_build() -> None:
 
     site = b.build()
     click.echo(f"built the course pages: {site / 'index.html'}")
+    if make_target() == "bundle-serve":  # this build is its first step: the serving comes next
+        click.echo("serving them next, at the address below (typed numbers are kept per address).")
+        return
     click.echo(
         f"open them with `{from_here('make bundle-serve')}` (typed numbers are kept per address, "
         f"so use that one)."
@@ -358,7 +372,7 @@ def new_lesson(number: str, name: str) -> None:
 
 
 # Commands that live beside what they make.
-from felab.engines.tiny_model import tiny_model_command  # noqa: E402  (light: numpy and friends load on use)
+from felab.tiny_model.build import tiny_model_command  # noqa: E402  (light: numpy and friends load on use)
 
 cli.add_command(tiny_model_command)
 
@@ -370,3 +384,7 @@ cli.add_command(agent_trace_command)
 from felab.calibrate.command import calibrate_command  # noqa: E402
 
 cli.add_command(calibrate_command)
+
+from felab.fleet.command import fleet_command  # noqa: E402
+
+cli.add_command(fleet_command)

@@ -1,7 +1,7 @@
 """Connecting to a target: flags and `.env` resolved into a Target, and the official client for it.
 
 target = resolve(args)     # flags > FELAB_<TARGET>_URL / _MODEL > the table in targets.py
-api = client(target)       # openai.OpenAI, retries off
+api = client(target)       # openai.OpenAI, retries off, reading within limits (guarded.py)
 banner(target)             # which server and model this run measures (never the key)
 """
 
@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any, cast
 
 import openai
 
 from felab.errors import FelabError
 from felab.explain import explain, not_openai
+from felab.guarded import guarded_client
 from felab.paths import load_env
 from felab.targets import (
     LOOPBACK,
@@ -114,11 +116,20 @@ def model_ids(listed: object) -> list[str] | None:
 
 
 class TargetClient(openai.OpenAI):
-    """An `openai.OpenAI` client that remembers its Target, so errors can name it."""
+    """An `openai.OpenAI` client that remembers its Target, so errors can name it, and reads
+    through the kit's limits (felab/guarded.py: a size cap, a deadline per request, an idle gap
+    in a stream), so no server can make it read for ever."""
 
     def __init__(self, target: Target, *, timeout: float, max_retries: int) -> None:
+        who = f"the {target.name} server at {target.base_url}"
         super().__init__(
-            base_url=target.base_url, api_key=target.api_key, timeout=timeout, max_retries=max_retries
+            base_url=target.base_url,
+            api_key=target.api_key,
+            timeout=timeout,
+            max_retries=max_retries,
+            # an httpx.Client: the SDK takes one ("an instance of `httpx.Client` or `httpx2.Client`"),
+            # though its type hints name only httpx2's, the library of its recent releases
+            http_client=cast(Any, guarded_client(who, timeout)),
         )
         self.target = target
 
@@ -127,7 +138,9 @@ def client(target: Target, timeout: float = 300.0) -> TargetClient:
     """The official OpenAI client for a target.
 
     Retries are off (`max_retries=0`): a retried request would hide its wait
-    inside the time we measure. A failed call fails loudly instead.
+    inside the time we measure. A failed call fails loudly instead. `timeout` is each
+    request's deadline, from sending it to the last byte of its reply (FELAB_READ_DEADLINE_S
+    in its place; felab/guarded.py).
     """
     return TargetClient(target, max_retries=0, timeout=timeout)
 

@@ -17,6 +17,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn, TextIO
 
+from felab import this_run
 from felab.redact import redact
 
 EXIT_ERROR = 2
@@ -139,16 +140,13 @@ def run(main: Callable[[], object]) -> None:
 def recorded() -> list[str]:
     """The results files this run wrote rows to, each once, as paths from the learner's folder."""
     from felab.paths import learner_folder
-    from felab.results import RECORDED
 
     here = learner_folder()
-    return list(dict.fromkeys(os.path.relpath(path, here) for path in RECORDED))
+    return list(dict.fromkeys(os.path.relpath(path, here) for path in this_run.RECORDED))
 
 
 def what_was_recorded() -> str:
     """The truth about this run's records, for a run that stopped before its end."""
-    from felab.results import RECORDED
-
     files = recorded()
     if not files:
         return (
@@ -156,5 +154,5 @@ def what_was_recorded() -> str:
             "lesson's run, a replay's configuration), so nothing of it is in results/. Run it again for "
             "its numbers."
         )
-    rows = f"{len(RECORDED)} row" + ("s" if len(RECORDED) > 1 else "")
+    rows = f"{len(this_run.RECORDED)} row" + ("s" if len(this_run.RECORDED) > 1 else "")
     return f"this run recorded {rows} before it stopped, kept in {', '.join(files)}."

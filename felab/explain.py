@@ -1,6 +1,8 @@
 """Server errors, explained: an `openai` exception from a call becomes one paragraph for the learner.
 
-Dispatches on what happened on the wire, never on message text (which changes between
+A reply the kit stopped reading at one of its limits (felab/guarded.py) is already its own
+paragraph, naming the server and what it did: it is passed on as it is. Otherwise this
+dispatches on what happened on the wire, never on message text (which changes between
 versions): for a connection that failed, the operating system's reason found under the
 client's error (`connection_failure()`: refused, a name that does not resolve, no route,
 accepted then reset...); for an answer, its HTTP status and whether it is JSON at all.
@@ -22,6 +24,7 @@ from felab.context_fit import read_overflow, request_chars, server_error, too_lo
 from felab.engine_families import ENGINES
 from felab.engine_families.family import LOOPBACK, Engine, port_of
 from felab.errors import FelabError
+from felab.guarded import stopped_by
 from felab.paths import from_here
 from felab.targets import Target, fix_key_advice, start_command
 
@@ -187,6 +190,8 @@ def explain(exc: Exception, target: Target) -> FelabError:
     """
     name, url = target.name, target.base_url
     engine = ENGINES.get(name)
+    if (stopped := stopped_by(exc)) is not None:  # the kit stopped reading, at one of its limits
+        return stopped
     if isinstance(exc, openai.APITimeoutError):
         return FelabError(
             f"The {name} server at {url} did not answer in time. It may be busy or stuck: "

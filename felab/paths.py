@@ -75,6 +75,17 @@ MAKE_FORWARDED = ("03-labs",)
 """Folders whose Makefile forwards every target to the kit's: `make check` works there as it is."""
 
 
+MAKE_TARGET = "FELAB_MAKE_TARGET"
+"""Set by the Makefile for a target whose advice differs when typed through make (its flags go in
+ARGS, or the target runs the next step itself): a target-specific `export`, which its
+prerequisites' recipes see too."""
+
+
+def make_target() -> str | None:
+    """The make target the learner typed, where the Makefile says (`replay`, `bundle-serve`); else None."""
+    return os.environ.get(MAKE_TARGET) or None
+
+
 def from_here(command: str) -> str:
     """Rewrite a command written for the kit root so it works from the learner's folder.
 

@@ -56,6 +56,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from felab import this_run
 from felab.errors import FelabError
 from felab.paths import results_dir
 from felab.redact import redact_all
@@ -65,9 +66,6 @@ KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 MAX_ROW_BYTES = 64 * 2**20
 """A line longer than this is skipped unread (named on stderr): a lesson's row is a few KB."""
-
-RECORDED: list[Path] = []
-"""The file of every row this process recorded, in order: what a stopped run can truthfully report."""
 
 
 class NotRecorded(FelabError):
@@ -106,7 +104,7 @@ def record(key: str, row: dict[str, Any]) -> Path:
         raise not_recorded(path, exc, data) from None
     finally:
         os.close(fd)
-    RECORDED.append(path)
+    this_run.RECORDED.append(path)
     return path
 
 

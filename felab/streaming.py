@@ -11,6 +11,11 @@ Role-only chunks and empty deltas do not count (SGLang, AIPerf and
 inference-perf use the same rule; vLLM's `bench serve` stops at the first
 chunk of any kind, which can be a little earlier). Latency ends at the last
 token, not at the usage frame or `[DONE]`.
+
+The client reads within the kit's limits (felab/guarded.py: a deadline for the whole reply,
+an idle gap between events, a size cap): a server that trickles or never ends its stream
+stops the call with one message naming it. Watching costs microseconds (about 16 us before a
+request's first byte and 2 us a chunk, measured with timeit), nothing a TTFT in milliseconds shows.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import openai
 from felab.connect import TargetClient
 from felab.errors import FelabError
 from felab.explain import explain
+from felab.guarded import stopped_by
 from felab.paths import from_here
 from felab.targets import Target
 
@@ -50,6 +56,8 @@ class CallResult:
     usage: Usage = field(default_factory=Usage)
     itl_ms: list[float] = field(default_factory=list)
     """Gaps between consecutive content chunks (inter-token latency)."""
+    ended_empty: bool = False
+    """The reply carried no text, and was timed by its end (`stream_once(time_empty=True)`)."""
 
     @property
     def prompt_tokens(self) -> int | None:
@@ -119,16 +127,27 @@ def no_text(target: Target, model: str) -> FelabError:
 
 
 def stream_once(
-    api: openai.OpenAI, model: str, messages: list[dict], max_tokens: int = 48, **extra: Any
+    api: openai.OpenAI,
+    model: str,
+    messages: list[dict],
+    max_tokens: int = 48,
+    time_empty: bool = False,
+    **extra: Any,
 ) -> CallResult:
     """Stream one chat completion and measure it.
 
     `extra` goes to the request as is (for example `user="session-1"`).
     Raises a FelabError with a learner-facing message if the call fails.
+
+    A reply with no text at all has no first token to time, and is an error (`no_text`), unless
+    `time_empty`: then it is timed by the first chunk that ends it (`finish_reason`). A model that
+    ends its reply at once generated one token, its end-of-text, as soon as it had read the prompt,
+    so that chunk comes when a first token would have (`ended_empty` says so). Calibrate's prefill
+    probes use this: they time the reading of the prompt, which such a reply measures as well.
     """
     extra.setdefault("stream_options", {"include_usage": True})
     usage, timings = None, None
-    ttft = last = None
+    ttft = last = ended = None
     gaps: list[float] = []
     chunks = 0
     # The SDK loads this lazily: keep that out of the clock. (Typed Any: its create() overloads
@@ -149,16 +168,28 @@ def stream_once(
                     gaps.append((now - last) * 1000)
                 last = now
                 chunks += 1
+            elif ended is None and chunk.choices and chunk.choices[0].finish_reason:
+                ended = time.perf_counter() - t0
             usage = chunk.usage or usage
             timings = getattr(chunk, "timings", None) or timings
     except openai.OpenAIError as exc:
+        if (stopped := stopped_by(exc)) is not None:  # a limit of the kit's (felab/guarded.py), the
+            raise stopped from None  # first cause: not a connection error a caller may pass over
         if stream is not None and isinstance(exc, openai.APIConnectionError):  # cut off mid-way
             # (an error event inside the stream, as TGI sends one, is the server's answer: explained)
             raise cut_off(exc, _target(api), chunks) from exc
         raise explain(exc, _target(api)) from exc
-    if ttft is None or last is None:  # no text at all: there is no first token to time
-        raise no_text(_target(api), model)
     got = read_usage(usage, timings)
+    if ttft is None or last is None:  # no text at all: there is no first token to time
+        if not time_empty or ended is None:
+            raise no_text(_target(api), model)
+        return CallResult(
+            ttft_ms=ended * 1000,
+            total_ms=ended * 1000,
+            output_tokens=got.completion_tokens if got.completion_tokens is not None else 0,
+            usage=got,
+            ended_empty=True,
+        )
     return CallResult(
         ttft_ms=ttft * 1000,
         total_ms=(last - t0) * 1000,

@@ -21,11 +21,14 @@ from __future__ import annotations
 import argparse
 import os
 import unicodedata
-from dataclasses import dataclass
 
 from felab import paths
 from felab.engine_families import ENGINES
-from felab.engine_families.family import LOOPBACK, Engine
+from felab.engine_families.family import (  # Target: read here, defined below the registry
+    LOOPBACK,
+    Engine,
+    Target,
+)
 from felab.engine_families.fireworks import ROOT as FIREWORKS_ROOT
 from felab.errors import FelabError
 from felab.paths import load_env
@@ -36,21 +39,6 @@ TARGETS: dict[str, Engine] = ENGINES
 
 NO_KEY = "not-needed"
 """What local servers get as an API key: the client needs one, they ignore it."""
-
-
-@dataclass(frozen=True)
-class Target:
-    """A resolved target: everything a script needs to talk to one server."""
-
-    name: str
-    base_url: str
-    model: str
-    api_key: str
-    is_paid: bool
-    key_env: str | None = None
-
-    def __repr__(self) -> str:  # never show the key, even in a debugger or a log
-        return f"Target(name={self.name!r}, base_url={self.base_url!r}, model={self.model!r})"
 
 
 def add_target_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

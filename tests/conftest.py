@@ -22,6 +22,11 @@ import pytest
 from felab import paths
 from felab.mock_server.launch import practice_server
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the dev extra's tomli (as felab/mock_server/profile.py)
+    import tomli as tomllib
+
 KIT = paths.KIT_ROOT
 LESSON06 = KIT / "lessons" / "06-prefix-caching"
 PREFIX_BENCH = LESSON06 / "prefix_bench.py"
@@ -113,3 +118,36 @@ def run_felab_peak(*args: str, timeout: float = 120) -> tuple[subprocess.Complet
         env=dict(os.environ),
     )
     return out, int(out.stderr.rsplit("peak_kb ", 1)[1].split()[0]) / 1024
+
+
+def installed_stand_in() -> Path:
+    """A stand-in for the kit's .venv, outside the checkout: only the stamps that say the kit and
+    each of its extras are installed (newer than pyproject.toml), in this test's own folder."""
+    venv = Path(os.environ["FELAB_RESULTS_DIR"]).parent / "venv-stamps"
+    venv.mkdir(parents=True, exist_ok=True)
+    pyproject = tomllib.loads((KIT / "pyproject.toml").read_text(encoding="utf-8"))
+    names = pyproject["project"]["optional-dependencies"]
+    for stamp in (".installed", *(f".installed-{name}" for name in names)):
+        (venv / stamp).touch()
+    return venv
+
+
+def make_command(folder: Path, *args: str) -> tuple[list[str], dict[str, str]]:
+    """`make ARGS` as typed in `folder` (PWD set, not inside another make), and its environment.
+
+    With this test's Python (`PY=`), and a stand-in .venv outside the checkout whose stamps say
+    the kit and every extra are installed (`VENV=`, `STAMP=`): a target runs the kit's code as it
+    is, and never builds or installs into a .venv in the checkout. Every test that runs make
+    runs it through here (tests/test_hermetic.py checks that).
+    """
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env["PWD"] = str(folder)
+    venv = installed_stand_in()
+    argv = ["make", *args, f"PY={sys.executable}", f"VENV={venv}", f"STAMP={venv}/.installed"]
+    return argv, env
+
+
+def run_make(folder: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run `make ARGS` in `folder` to its end (see `make_command`)."""
+    argv, env = make_command(folder, *args)
+    return subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import KIT
+from conftest import KIT, make_command
 
 from felab import cli as felab_cli
-from felab import results
+from felab import results, this_run
 from felab.course import numbers
 from felab.mock_server.launch import free_port, wait_until_serving
 from felab.replay import command as replay_command
@@ -68,7 +68,7 @@ def test_ctrl_c_in_replay_says_what_it_recorded(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(replay_command, "run_virtual", second_is_interrupted)
-    monkeypatch.setattr(results, "RECORDED", [])
+    monkeypatch.setattr(this_run, "RECORDED", [])
     monkeypatch.setenv("FELAB_CALLER_DIR", str(tmp_path))
     # --jobs 1: the configurations run in this process, where the stand-in above can interrupt one
     out = CliRunner().invoke(
@@ -86,7 +86,7 @@ def test_ctrl_c_before_any_row_says_nothing_was_recorded(monkeypatch: pytest.Mon
         raise KeyboardInterrupt
 
     monkeypatch.setattr(replay_command, "run_virtual", interrupted)
-    monkeypatch.setattr(results, "RECORDED", [])
+    monkeypatch.setattr(this_run, "RECORDED", [])
     out = CliRunner().invoke(felab_cli.cli, ["replay", "--limit", "50"])
     assert out.exit_code == 130 and "interrupted: this run recorded nothing" in out.output
 
@@ -94,10 +94,9 @@ def test_ctrl_c_before_any_row_says_nothing_was_recorded(monkeypatch: pytest.Mon
 def test_make_mock_takes_a_port() -> None:
     """`make mock PORT=9123`, in the kit and in 03-labs/: the practice server on that port."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    env["PWD"] = str(KIT / "03-labs")
+    argv, env = make_command(KIT / "03-labs", "mock", f"PORT={port}")  # PY=, VENV=: nothing built here
     server = subprocess.Popen(
-        ["make", "mock", f"PORT={port}"],
+        argv,
         cwd=KIT / "03-labs",
         env=env,
         stdout=subprocess.PIPE,

@@ -1,8 +1,9 @@
-"""`make bench` runs: each phase of the practice server's benchmark at a tiny size (seconds).
+"""`make bench` runs: the runner (`python -m felab.bench`) and each phase at a tiny size (seconds).
 
 It is a benchmark, not a test: nothing here checks a figure, only that every phase still
-runs and prints what docs/benchmarks.md describes, so a refactor cannot break it unseen.
-(The replay phase, `python -m felab.replay.bench`, has its own test.)
+runs through the runner and prints what docs/benchmarks.md describes, so a refactor cannot
+break it unseen. The replay and calibrate phases have their own tests (tests/test_replay_bench.py,
+tests/test_calibrate.py); the last test here checks that every phase in `PHASES` has one.
 """
 
 from __future__ import annotations
@@ -15,14 +16,16 @@ import subprocess
 import sys
 import time
 
-from felab.mock_server.fidelity import LeanConnection, body, floor_rows, in_a_stall, server_process
-from felab.mock_server.floor import FLOOR_TTFT_S
+from felab.bench import PHASES, Phase
+from felab.bench.__main__ import run_phases
+from felab.bench.fidelity import LeanConnection, body, floor_rows, in_a_stall, server_process
+from felab.bench.floor import FLOOR_TTFT_S
 from felab.paths import KIT_ROOT
 
 
 def test_every_phase_of_the_fidelity_bench_runs_at_a_tiny_size() -> None:
     run = subprocess.run(
-        [sys.executable, "-m", "felab.mock_server.fidelity", "--tiny"],
+        [sys.executable, "-m", "felab.bench", "--tiny", "--phase", "fidelity"],
         capture_output=True,
         text=True,
         timeout=90,
@@ -62,7 +65,7 @@ def test_the_floor_server_answers_as_the_bench_expects() -> None:
         finally:
             conn.close()
 
-    with server_process("felab.mock_server.floor") as (url, _):
+    with server_process("felab.bench.floor") as (url, _):
         measured, predicted, chunks = asyncio.run(one(url))
     assert predicted == FLOOR_TTFT_S * 1000 and chunks == 1
     assert measured >= predicted  # it never answers before its time
@@ -73,7 +76,7 @@ def test_the_stall_watcher_sees_the_machine_stop_it() -> None:
     # (SIGSTOP, SIGCONT), the watcher reports one stall at least that long, overlapping the
     # stop. Lower bounds only: a busy machine can make it longer, never shorter.
     watcher = subprocess.Popen(
-        [sys.executable, "-m", "felab.mock_server.stalls"],
+        [sys.executable, "-m", "felab.bench.stalls"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -113,3 +116,31 @@ def test_the_floor_phase_leaves_out_the_requests_in_flight_during_a_stall_for_bo
     assert whole["left_out"] == 0 and whole["practice_p50_ms"] == 1.0 and whole["floor_p99_ms"] > 1.0
     assert in_a_stall(record("floor", 999.99, 1.0), stalls)  # in flight from 999.99 to 1000.04
     assert not in_a_stall(record("floor", 999.0, 1.0), stalls)
+
+
+def test_every_runnable_module_of_the_bench_is_a_phase_and_each_phase_is_run_by_a_test() -> None:
+    # A phase module (one with a command line) that is not in PHASES would be left out of make bench;
+    # floor.py and stalls.py are servers the fidelity phase starts, not phases.
+    helpers = {"floor", "stalls", "__main__"}
+    runnable = {
+        p.stem
+        for p in (KIT_ROOT / "felab" / "bench").glob("*.py")
+        if 'if __name__ == "__main__":' in p.read_text(encoding="utf-8")
+    }
+    assert runnable - helpers == {p.module for p in PHASES}
+    tests = " ".join(p.read_text(encoding="utf-8") for p in (KIT_ROOT / "tests").rglob("test_*.py"))
+    runs = ('"--tiny", "--phase", "{}"', '"-m", "felab.bench.{}"')  # through the runner, or the phase alone
+    untested = [p.module for p in PHASES if not any(run.format(p.module) in tests for run in runs)]
+    assert not untested, f"no test runs `python -m felab.bench --tiny --phase NAME` for {untested}"
+
+
+def test_the_runner_goes_on_past_a_phase_that_fails_and_names_each_failed_one() -> None:
+    # Two phases whose modules do not exist: python exits 1 for each; both are tried and named.
+    failed = run_phases([Phase("no_such_phase_a"), Phase("no_such_phase_b")], tiny=True)
+    assert failed == ["no_such_phase_a", "no_such_phase_b"]
+
+
+def test_make_bench_runs_the_runner() -> None:
+    makefile = (KIT_ROOT / "Makefile").read_text(encoding="utf-8")
+    recipe = makefile.split("\nbench:", 1)[1].split("\n\n", 1)[0]
+    assert "-m felab.bench\n" in recipe + "\n" and recipe.count("$(PY)") == 1, recipe

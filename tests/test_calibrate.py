@@ -458,7 +458,7 @@ def test_the_benchs_calibrate_phase_runs_at_a_tiny_size() -> None:
     # make bench's phase, practice server only (llama.cpp is make test-engines' business), 2 rounds:
     # it prints the report card and what calibrate found next to what the server was started with.
     out = subprocess.run(
-        [sys.executable, "-m", "felab.calibrate.bench", "--quick", "--practice-only"],
+        [sys.executable, "-m", "felab.bench", "--tiny", "--phase", "calibrate"],  # --quick --practice-only
         cwd=KIT,
         capture_output=True,
         text=True,

@@ -46,12 +46,34 @@ def test_one_reply_in_ten_without_text_is_sent_again_and_calibrate_completes(tmp
     engine = Engine(empty_every=10)
     out = calibrate(engine, tmp_path / "p.toml")
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "replies carried no text (nothing to time): each was sent again with new text" in out.stdout
+    # A prompt probe's reply with no text is timed by its end (the model ended it at once, when a
+    # first token would have come); a decode probe's is sent again. Both are counted.
+    assert "prefill probes got a reply with no text (the model ended it at once)" in out.stdout
     assert read_settings(tmp_path / "p.toml")["seats"] == 4  # the practice server reads it
     measured = tomllib.loads((tmp_path / "p.toml").read_text())["measured"]
     assert measured["empty_replies"] == engine.posts // 10
     announced = int(out.stdout.split("it sends at most ")[1].split()[0])
     assert engine.posts <= announced  # the retries come out of the announced total
+
+
+def test_a_reply_without_text_is_timed_by_its_end_only_when_asked() -> None:
+    # llama-server's wire format: a role chunk, empty content, then the finish with usage. A lesson
+    # script gets the no-text error (nothing to time); a prefill probe gets the reply's end as the
+    # moment its one token (the end-of-text) came, at least the fake's prefill wait after sending.
+    from felab.connect import client
+    from felab.streaming import stream_once
+
+    engine = Engine(empty_every=1, overhead_ms=30.0)
+    with fake_timed_llamacpp(engine) as url:
+        target = Target("llamacpp", url, "tiny", "not-needed", False)
+        api = client(target)
+        question = [{"role": "user", "content": "a question " * 20}]
+        with pytest.raises(FelabError, match="ended its reply without any text"):
+            stream_once(api, "tiny", question, max_tokens=2)
+        got = stream_once(api, "tiny", question, max_tokens=2, time_empty=True)
+    assert got.ended_empty and got.itl_ms == []
+    assert got.ttft_ms == got.total_ms >= 30.0  # not before the fake had read the prompt
+    assert got.prompt_tokens and got.output_tokens == 2
 
 
 def test_a_server_that_sends_only_replies_without_text_gets_one_message(tmp_path: Path) -> None:

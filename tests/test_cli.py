@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import KIT, run_felab
+from conftest import KIT, run_felab, run_make
 
 
 def test_make_help_lists_every_target_with_its_help_line() -> None:
-    out = subprocess.run(["make", "--no-print-directory", "help"], cwd=KIT, capture_output=True, text=True)
+    out = run_make(KIT, "--no-print-directory", "help")
     assert out.returncode == 0
     for target in ("setup", "demo", "mock", "check", "smoke", "test"):
         assert f"make {target} " in out.stdout

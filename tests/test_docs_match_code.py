@@ -65,57 +65,7 @@ def test_env_example_lists_every_variable_the_kit_reads_with_its_default(kit_def
     assert not missing, f".env.example does not list {missing}"
 
 
-# ── the practice server's defaults in docs/practice-server.md ─────────────────
-
-FLAG_ROW = re.compile(r"^\| ((?:`--[\w-]+`(?:, )?)+) \| ([^|]+) \| [^|]+ \|$", re.M)
-
-
-def shown_default(cell: str) -> object:
-    """A default as the page writes it: a number, `never` (None), `all four` (the four fault types)."""
-    cell = cell.strip().strip("`")
-    if cell == "never":
-        return None
-    if cell == "all four":
-        return 4
-    try:
-        return float(cell)
-    except ValueError:
-        return cell
-
-
-def flag_default(default: object) -> object:
-    """A click option's default, in the page's terms."""
-    default = default() if callable(default) else default
-    if default is None or getattr(default, "name", None) == "UNSET":  # no default (click 8.3: a sentinel)
-        return None
-    if isinstance(default, (tuple, list)) or (isinstance(default, str) and "," in default):
-        return len(default.split(",") if isinstance(default, str) else default)
-    if isinstance(default, (int, float)) and not isinstance(default, bool):
-        return float(default)
-    if isinstance(default, str):  # flags written from Settings show their default as text
-        return shown_default(default)
-    return default
-
-
-def test_the_practice_servers_defaults_on_its_page_are_its_flags() -> None:
-    from felab.mock_server.serve import main as practice_server_command
-
-    options = {opt: p for p in practice_server_command.params for opt in p.opts}
-    page = (KIT_ROOT / "docs" / "practice-server.md").read_text(encoding="utf-8")
-    rows = FLAG_ROW.findall(page)
-    assert len(rows) >= 10, "the page's flag table was not found"
-    wrong = []
-    for flags_cell, defaults_cell in rows:
-        flags = re.findall(r"`(--[\w-]+)`", flags_cell)
-        defaults = [d.strip() for d in defaults_cell.split(",")] if len(flags) > 1 else [defaults_cell]
-        for flag, shown in zip(flags, defaults, strict=True):
-            if flag not in options:
-                wrong.append(f"{flag}: not a flag of python -m felab.mock_server")
-            elif shown_default(shown) != flag_default(options[flag].default):
-                wrong.append(
-                    f"{flag}: the page says {shown.strip()}, the flag's default is {options[flag].default!r}"
-                )
-    assert not wrong, "docs/practice-server.md:\n" + "\n".join(wrong)
+# The practice server's flag table (docs/practice-server.md) is written from Settings: tests/test_docs_gen.py.
 
 
 def test_the_command_lines_docstring_lists_every_command() -> None:

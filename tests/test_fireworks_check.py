@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 from click.testing import CliRunner, Result
-from conftest import KIT, run_felab, run_felab_peak
+from conftest import KIT, run_felab, run_felab_peak, run_make
 from fake_fireworks import ECHO_FORMS, KEY, FakeFireworks, deployment, fireworks_env, job, leaked, serve
 
 from felab.cli import cli
@@ -133,8 +133,7 @@ def test_make_fw_check_passes_only_when_nothing_bills(fake: FakeFireworks) -> No
     # GNU make exits 2 whenever a command fails: `make fw-check` gives 0 or 2, and names the
     # command's own status on its last line ("Error 1": billing, "Error 2": could not check).
     def make() -> subprocess.CompletedProcess[str]:
-        cmd = ["make", "-s", "--no-print-directory", "-o", ".venv/.installed-dev", f"PY={sys.executable}"]
-        return subprocess.run([*cmd, "fw-check"], cwd=KIT, capture_output=True, text=True, timeout=60)
+        return run_make(KIT, "-s", "--no-print-directory", "fw-check")
 
     assert make().returncode == 0
     fake.deployments["learner"] = [deployment("billing-one")]

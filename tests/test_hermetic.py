@@ -8,6 +8,7 @@ checked by running the suite while a learner's `make mock` holds it: see docs/ar
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from conftest import KIT
+from conftest import KIT, run_make
 
 
 def alive(pid: int) -> bool:
@@ -101,3 +102,63 @@ def test_pytest_timeout_uses_the_signal_method() -> None:
     # The thread method ends the process with os._exit: no `finally`, no atexit, servers left running.
     text = (KIT / "pyproject.toml").read_text(encoding="utf-8")
     assert 'timeout_method = "signal"' in text
+
+
+# ── make, run by a test, builds nothing in the checkout ──────────────────────
+
+
+def test_through_make_command_no_target_installs_or_builds_a_venv() -> None:
+    # `make -n` prints what make would run: with the stand-in .venv (conftest.make_command), each
+    # target that installs on first use (the kit, or an extra) runs only its own command.
+    for target in ("demo", "check", "replay", "numbers", "bundle", "fw-check", "calibrate", "engines",
+                   "cluster", "test-load", "lint"):  # fmt: skip
+        out = run_make(KIT, "-n", "--no-print-directory", target)
+        assert out.returncode == 0, out.stderr
+        assert "pip install" not in out.stdout and "-m venv" not in out.stdout, (target, out.stdout)
+
+
+def make_literals(path: Path) -> list[int]:
+    """The lines where a file writes a command line beginning with `make` (a list or tuple literal)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.List, ast.Tuple))
+        and node.elts
+        and isinstance(node.elts[0], ast.Constant)
+        and node.elts[0].value == "make"
+    ]
+
+
+def test_every_test_that_runs_make_runs_it_through_make_command() -> None:
+    # conftest.make_command adds PY=, VENV= and STAMP=; test_course_text.py types `make -n` in a
+    # fresh clone of its own (never this checkout), as the course page's learner does.
+    allowed = {"conftest.py", "test_course_text.py"}
+    found = {
+        str(path.relative_to(KIT)): lines
+        for path in sorted((KIT / "tests").rglob("*.py"))
+        if path.name not in allowed and (lines := make_literals(path))
+    }
+    assert not found, f"run make through conftest.make_command / run_make: {found}"
+    assert make_literals(KIT / "tests" / "conftest.py")  # the scan sees a make command at all
+
+
+def test_make_test_starts_no_cluster() -> None:
+    # A test that starts a Dask LocalCluster is marked `load` (make test-load), which make test leaves out.
+    unmarked = []
+    for path in sorted((KIT / "tests").rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                marks = {ast.unparse(d) for d in node.decorator_list}
+                calls = {
+                    getattr(c.func, "attr", getattr(c.func, "id", ""))
+                    for c in ast.walk(node)
+                    if isinstance(c, ast.Call)
+                }
+                if "LocalCluster" in calls and "pytest.mark.load" not in marks:
+                    unmarked.append(f"{path.name}::{node.name}")
+    assert not unmarked, f"mark these @pytest.mark.load: {unmarked}"
+    pyproject = (KIT / "pyproject.toml").read_text(encoding="utf-8")
+    assert "-m 'not engines and not load and not routers'" in pyproject  # make test's pytest leaves them out
+    makefile = (KIT / "Makefile").read_text(encoding="utf-8")
+    assert "-m pytest -m load tests\n" in makefile  # make test-load runs every load test, wherever it is

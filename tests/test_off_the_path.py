@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import KIT, LESSON06, PREFIX_BENCH, run_felab, run_script
+from conftest import KIT, LESSON06, PREFIX_BENCH, run_felab, run_make, run_script
 
 from felab import record
 from felab.course import numbers
@@ -33,17 +33,9 @@ LABS = KIT / "03-labs"
 
 
 def make(folder: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """`make ARGS` typed in `folder`, as in a learner's shell (PWD set, not inside another make).
-
-    With this test's Python (`PY=`) and a stamp that says it is installed (`STAMP=`): a target
-    that runs runs the kit's code as it is, and never builds a .venv in the checkout.
-    """
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    env["PWD"] = str(folder)
-    stamp = Path(env.get("FELAB_RESULTS_DIR", "/tmp")).parent / "installed.stamp"
-    stamp.touch()  # newer than pyproject.toml: make sees the kit installed
-    made = ["make", *args, f"PY={sys.executable}", f"STAMP={stamp}"]
-    return subprocess.run(made, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
+    """`make ARGS` typed in `folder`, as in a learner's shell, never building in the checkout
+    (conftest.run_make: this test's Python, a stand-in .venv whose stamps say it is installed)."""
+    return run_make(folder, *args, timeout=timeout)
 
 
 def backticked(text: str) -> list[str]:
@@ -256,9 +248,9 @@ def test_ctrl_c_before_anything_is_recorded_says_so(fresh_mock: str, isolated: P
 
 
 def test_a_stopped_run_names_what_it_recorded(isolated: Path, capsys, monkeypatch) -> None:
-    from felab import errors, results
+    from felab import errors, this_run
 
-    monkeypatch.setattr(results, "RECORDED", [])
+    monkeypatch.setattr(this_run, "RECORDED", [])
 
     def main() -> None:
         record("06-prefix", {"target": "mock", "model": "m"})

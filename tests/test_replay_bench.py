@@ -12,7 +12,7 @@ from felab.paths import KIT_ROOT
 
 def test_the_replay_benchmark_runs_every_part_at_a_tiny_size() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "felab.replay.bench", "--limit", "200", "--hostile-mb", "2"],
+        [sys.executable, "-m", "felab.bench", "--tiny", "--phase", "replay"],  # --limit 200 --hostile-mb 2
         cwd=KIT_ROOT,
         capture_output=True,
         text=True,

@@ -3,7 +3,7 @@
 A line longer than the limit, JSON nested 100,000 deep, a 5,000-digit number, an id wider
 than 64 bits; a compressed trace of blank lines (read in chunks, never line by line in
 Python); a long read says how far it is. The 300 MB versions of these are in `make bench`
-(felab/replay/bench.py), not here.
+(felab/bench/replay.py), not here.
 """
 
 from __future__ import annotations

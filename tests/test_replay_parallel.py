@@ -3,6 +3,7 @@ give the serial run's rows, in its order, field by field (all but the wall time)
 
 The cluster is a real one, started here (a LocalCluster: a scheduler and two worker
 processes on 127.0.0.1), and the command reaches it over TCP as it would another machine's.
+It is marked `load`: `make test-load` runs it, `make test` starts no cluster.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def test_jobs_gives_the_serial_rows_in_order(serial: tuple[Path, list[dict]]) ->
     same_but_wall(expected, rows(path, "--jobs", "2"))
 
 
+@pytest.mark.load  # a real cluster (a scheduler, two worker processes): make test-load, not make test
 def test_a_dask_cluster_gives_the_serial_rows_in_order(serial: tuple[Path, list[dict]]) -> None:
     distributed = pytest.importorskip("distributed")  # the dev extra installs it: skipped only outside it
     path, expected = serial

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import re
+from pathlib import Path
 
 import click
+import httpx
 import pytest
 from click.testing import CliRunner
 
 from felab.mock_server import serve
 from felab.mock_server.config import DEFAULTS, MODEL, UNLIMITED, Settings
-from felab.mock_server.flags import command_line, fields, flag, read, spell, sweep_values
+from felab.mock_server.flags import command_line, fields, flag, read, spell, sweep_values, twin_fields
+from felab.mock_server.launch import practice_server
+from felab.mock_server.profile import END_LINE
 from felab.replay.command import replay_command
 from felab.replay.sweep import KNOBS
 
@@ -52,7 +57,11 @@ def test_the_server_command_line_for_some_settings_starts_those_settings() -> No
     [
         ({"prefill_tps": 0.0}, "--prefill-tps must be above 0, not 0"),
         ({"replicas": 10_000_000}, "--replicas must be at most 256, not 10000000"),
-        ({"route": "nearest"}, "--route must be one of random, round-robin, affinity, prefix, not 'nearest'"),
+        (
+            {"route": "nearest"},
+            "--route must be one of random, round-robin, affinity, prefix, sglang-cache-aware, "
+            + "not 'nearest'",
+        ),
         ({"fail_types": ("429", "418")}, "--fail-types must be some of 429, 503, 500, cut, not 429,418"),
         ({"overhead_ms": float("nan")}, "--overhead-ms must be a finite number, not nan"),
         ({"cache_blocks": 2.5}, "--cache-blocks must be a whole number, not 2.5"),
@@ -78,3 +87,86 @@ def test_a_sweep_refuses_an_empty_item_instead_of_dropping_it() -> None:
     assert sweep_values(blocks, "1000, unlimited") == [1000, UNLIMITED]
     with pytest.raises(ValueError, match="--cache-blocks has an empty item in '1000,,2000'"):
         sweep_values(blocks, "1000,,2000")
+
+
+# ── the calibrated twin's settings: out of --help, in --help-twin, working as ever ──
+
+TWIN = {
+    "prefill_attention_ns", "decode_slowdown", "cached_token_us", "decode_context_ns", "ubatch_tokens",
+    "tile_tokens", "untiled_ns", "chars_per_token", "batch_slowdown", "tokenizer", "template_tokens",
+}  # fmt: skip
+"""The settings only `felab calibrate` writes: no lesson, lab page or README types them."""
+
+
+def listed_flags(text: str) -> set[str]:
+    """The flags a help text lists as options (at a line's start), not those its prose mentions."""
+    return set(re.findall(r"^  (--[\w-]+)", text, re.M))
+
+
+def test_the_twins_settings_are_the_declared_ones() -> None:
+    assert {f.name for f in twin_fields()} == TWIN
+
+
+def test_help_lists_no_twin_setting_and_help_twin_lists_each() -> None:
+    runner = CliRunner()
+    plain = runner.invoke(serve.main, ["--help"], terminal_width=100)
+    twin = runner.invoke(serve.main, ["--help-twin"], terminal_width=100)
+    assert plain.exit_code == 0 and twin.exit_code == 0, plain.output + twin.output
+    twin_flags = {flag(f) for f in fields() if f.name in TWIN}
+    assert twin_flags <= SERVER_FLAGS
+    assert listed_flags(plain.output) == SERVER_FLAGS - twin_flags  # every other flag, --help-twin too
+    assert listed_flags(twin.output) == twin_flags
+    for f in twin_fields():  # each with its own help, as --help shows a flag
+        assert " ".join(f.metadata["help"].split()[:3]) in " ".join(twin.output.split()), f.name
+
+
+TWIN_VALUES = Settings(
+    prefill_attention_ns=35.3, decode_slowdown=0.477, cached_token_us=2.5, decode_context_ns=623.0,
+    ubatch_tokens=512, tile_tokens=64, untiled_ns=560.0, chars_per_token=3.87, batch_tokens=2048,
+    batch_slowdown=0.05, tokenizer="/models/tiny-model.gguf", template_tokens=-7,
+)  # fmt: skip
+"""A llama.cpp twin's terms (docs/runs/2026-12-01-calibrate-llamacpp-tiny-final.toml's, with the rows)."""
+
+
+def probe_command(seen: list[Settings]) -> click.Command:
+    """The server's own options, on a command that records the settings instead of serving."""
+    return click.Command(
+        "probe", params=serve.main.params, callback=lambda host, port, **v: seen.append(serve.to_settings(v))
+    )
+
+
+def test_each_twin_setting_still_works_as_a_flag() -> None:
+    seen: list[Settings] = []
+    line = command_line(TWIN_VALUES)
+    assert {flag(f) for f in twin_fields()} <= set(line)
+    out = CliRunner().invoke(probe_command(seen), line)
+    assert out.exit_code == 0, out.output
+    assert seen == [TWIN_VALUES]
+
+
+def test_each_twin_setting_still_works_in_a_profile(tmp_path: Path) -> None:
+    lines = [f"{f.name} = {getattr(TWIN_VALUES, f.name)!r}" for f in fields() if f.name in TWIN]
+    profile = tmp_path / "twin.toml"
+    settings = "\n".join(["batch_tokens = 2048", *lines])
+    profile.write_text(f"[profile]\nschema = 2\n\n[settings]\n{settings}\n\n{END_LINE}\n")
+    seen: list[Settings] = []
+    out = CliRunner().invoke(probe_command(seen), ["--profile", str(profile)])
+    assert out.exit_code == 0, out.output
+    assert seen == [TWIN_VALUES]
+
+
+def test_a_practice_server_started_with_the_twins_flags_books_by_them() -> None:
+    # One cold prompt of 4,050 characters: 1,047 tokens at --chars-per-token 3.87, 23
+    # past 1,024, a last piece of few rows, so the attention and the rows terms both count.
+    # Counted from characters here (the tokenizer's own count: tests/test_tokens.py).
+    twin = dataclasses.replace(TWIN_VALUES, tokenizer=None, template_tokens=0)
+    body = {"model": DEFAULTS.model, "prompt": "A fresh opening, not seen. " * 150, "max_tokens": 1}
+    with practice_server(*command_line(twin)) as base:
+        reply = httpx.post(f"{base}/completions", json=body, timeout=30)
+    tokens = reply.json()["usage"]["prompt_tokens"]
+    assert tokens == 1047 and twin.timing.untiled_rows(tokens) == 23
+    assert reply.headers["x-felab-predicted-ttft-ms"] == f"{twin.timing.alone_ms(tokens):.3f}"
+    untwinned = dataclasses.replace(twin, **{f.name: getattr(DEFAULTS, f.name) for f in twin_fields()})
+    attention_ms, rows_ms = 35.3e-6 * 1047 * 1047 / 2, 560e-6 * 23 * 1047  # 19.3 and 13.5 ms, by hand
+    twin_ms = twin.timing.alone_ms(tokens) - untwinned.timing.alone_ms(tokens)
+    assert twin_ms == pytest.approx(attention_ms + rows_ms)

@@ -47,7 +47,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     needs_the_engines_extra()
     import gguf
 
-    from felab.engines.tiny_model import SPECIAL_TOKENS, train_tokenizer
+    from felab.tiny_model.build import SPECIAL_TOKENS, train_tokenizer
 
     folder = tmp_path_factory.mktemp("tokenizer")
     tok = train_tokenizer(2000)

@@ -11,6 +11,7 @@ Read in this order:
     fit.py       least squares, closed form: the timing terms from the measurements
     evidence.py  how far the fit can be trusted: a busy machine, values no engine has, a fit that misses
     profile.py   the fitted settings and how they were found, written as a TOML profile
+    save.py      where the profile goes (--out) and how: whole or not at all, never over a non-profile
     check.py     the report card: held-out work on the real server and on its twin
     plot.py      the report card's picture: TTFT against prompt length, measured and predicted
     command.py   `python -m felab calibrate` (click)

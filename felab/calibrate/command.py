@@ -27,6 +27,7 @@ from felab.calibrate import counting, evidence
 from felab.calibrate import profile as prof
 from felab.calibrate.plan import make_plan, measure
 from felab.calibrate.probes import BIGGEST, DECODE_MAX_TOKENS, Prober, ServerFacts, delivery_ms, server_facts
+from felab.calibrate.save import ProfileNotWritten, check_out
 from felab.connect import client, resolve, served_model
 from felab.errors import FelabError
 from felab.mock_server.launch import practice_server
@@ -101,7 +102,9 @@ def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) ->
     seconds = prober.elapsed_s()
     load = evidence.load_average()
     say("  and the practice server's own delivery time here (a throw-away one, not the target)")
-    profile = prof.build(m, target, plan, seconds, prober.used, delivery_ms(), load, prober.empty)
+    profile = prof.build(
+        m, target, plan, seconds, prober.used, delivery_ms(), load, prober.empty + prober.ended_at_once
+    )
     profile.settings |= counted.settings  # how the twin counts tokens: the engine's tokenizer, or characters
     profile.measured |= counted.measured
     refused = evidence.refusals(m, profile.settings)
@@ -113,7 +116,11 @@ def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) ->
             f"buffers replies). Calibrate again on a quiet machine, with nothing else using the server."
         )
     verify(profile)
-    path = prof.write(profile, out or prof.default_path(target))
+    try:
+        path = prof.write(profile, out or prof.default_path(target))
+    except ProfileNotWritten as exc:  # a full disk: the profile on the terminal, then the message
+        say(exc.text)
+        raise
     say(f"\nmeasured in {seconds:.0f} s with {prober.used} requests. The fitted profile:\n")
     say(tabulate(prof.rows(profile.settings), headers="keys", disable_numparse=True))
     f, found = profile.fit, profile.measured
@@ -134,6 +141,11 @@ def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) ->
     say(together_line(plan.streams, st["batch_tokens"], found, st.get("batch_slowdown", 0.0)))
     for line in found["terms_left_out"]:
         say(f"{line}.")
+    if prober.ended_at_once:
+        say(
+            f"{prober.ended_at_once} prefill probes got a reply with no text (the model ended it at "
+            f"once): each was timed by the end of its reply, which came when a first token would have."
+        )
     if prober.empty:
         say(
             f"{prober.empty} replies carried no text (nothing to time): each was sent again with new "
@@ -288,6 +300,11 @@ def check(
     speed = card.speed_note(ratio, moved)
     if speed:
         say(f"note: {speed}")
+    if real_prober.ended_at_once:
+        say(
+            f"{real_prober.ended_at_once} replies of the real server carried no text and were timed by "
+            f"their end (the model ended them at once: that end came when a first token would have)."
+        )
     if real_prober.empty:
         say(
             f"{real_prober.empty} replies of the real server carried no text (nothing to time): each "
@@ -402,6 +419,7 @@ def calibrate_command(
       make mock PROFILE=results/profiles/llamacpp-....toml
     """
     settings = profile_settings(check_path) if check_path is not None else None  # before any request
+    check_out(out)  # --out: a new file or a profile, never .env or a device
     target = connect(target_name, base_url, model)
     if check_path is not None and settings is not None:
         check(target, check_path, settings, max_requests, yes, picture)

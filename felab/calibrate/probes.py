@@ -20,11 +20,9 @@ progress lines. The probes, in the order calibrate runs them:
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -35,6 +33,7 @@ import openai
 from felab.calibrate import figures, prompts
 from felab.context_fit import read_overflow
 from felab.errors import FelabError
+from felab.guarded import get_json  # within the kit's limits: an endless /props stops with a message
 from felab.mock_server.config import HEALTH_NAME
 from felab.paths import from_here
 from felab.streaming import CallResult, no_text, stream_once
@@ -72,6 +71,8 @@ class Sample:
     total_ms: float = 0.0
     retried: int = 0
     """Replies with no text before this one (each sent again with new text: `Prober.call`)."""
+    ended_empty: bool = False
+    """Its reply carried no text and was timed by its end (a prefill probe: `Prober._stream`)."""
 
     @property
     def uncached(self) -> int:
@@ -93,15 +94,6 @@ class ServerFacts:
     seats: int | None = None
     seat_context: int | None = None
     """Tokens per seat (llama.cpp's n_ctx), or the model's context (vLLM's max_model_len)."""
-
-
-def get_json(url: str, timeout: float = 3.0) -> Any:
-    """GET url as JSON; None if it does not answer with JSON."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as reply:
-            return json.loads(reply.read())
-    except (OSError, ValueError):
-        return None
 
 
 def _int(value: Any) -> int | None:
@@ -152,6 +144,8 @@ class Prober:
         self.answered = 0
         self.empty = 0
         """Replies that carried text, and replies that carried none (each sent again: `call`)."""
+        self.ended_at_once = 0
+        """Prefill probes whose reply carried no text, timed by its end (`stream_once(time_empty=True)`)."""
         self.renew = random.Random()
         """New text for a request sent again: apart from `rng`, so that a real server and its twin,
         started from one seed, still get the same prompts after it."""
@@ -170,7 +164,10 @@ class Prober:
 
     def _stream(self, messages: list[dict], max_tokens: int) -> Sample:
         try:
-            r = stream_once(self.api, self.target.model, messages, max_tokens=max_tokens)
+            # A prefill probe times the reading of the prompt: a reply that ends at once (its
+            # end-of-text first) is timed by that end. A decode probe needs reply tokens: sent again.
+            timed = max_tokens <= PREFILL_MAX_TOKENS
+            r = stream_once(self.api, self.target.model, messages, max_tokens=max_tokens, time_empty=timed)
         except FelabError as exc:
             small = self._too_small(exc)
             if small is None:
@@ -202,7 +199,11 @@ class Prober:
                     messages = prompts.renewed(messages, self.renew, keep_opening)
                 continue
             with self.lock:
-                self.answered += 1
+                if got.ended_empty:
+                    self.ended_at_once += 1
+                    self._stop_if_mostly_empty()
+                else:
+                    self.answered += 1
             return dataclasses.replace(got, retried=tried)
         raise AssertionError("unreachable: the last try stops")  # pragma: no cover
 
@@ -211,8 +212,7 @@ class Prober:
         or the requests kept for them are spent. Else the request goes again."""
         with self.lock:
             self.empty += 1
-            if self.empty >= EMPTY_STOP_AT and self.empty > self.answered:
-                raise self._mostly_empty("they outnumber the replies with text")
+            self._stop_if_mostly_empty()
             if last_try:
                 raise self._mostly_empty(f"one request got {EMPTY_TRIES} in a row")
             if self.used >= self.limit:
@@ -222,11 +222,18 @@ class Prober:
                 )
             self.used += 1
 
+    def _stop_if_mostly_empty(self) -> None:
+        """Replies with no text, sent again or timed by their end, outnumber those with text: stop."""
+        without = self.empty + self.ended_at_once
+        if without >= EMPTY_STOP_AT and without > self.answered:
+            raise self._mostly_empty("they outnumber the replies with text")
+
     def _mostly_empty(self, why: str) -> FelabError:
         return FelabError(
-            f"the {self.target.name} server at {self.target.base_url} sent {self.empty} replies with "
-            f"no text, against {self.answered} with text (model {self.target.model}). Calibrate times "
-            f"a reply's first token, and sent each such request again with new text, but {why}, so "
+            f"the {self.target.name} server at {self.target.base_url} sent "
+            f"{self.empty + self.ended_at_once} replies with no text, against {self.answered} with text "
+            f"(model {self.target.model}). Calibrate times a reply's first token (a prompt probe's "
+            f"reply with none by its end; others it sent again with new text), but {why}, so "
             f"it stopped; nothing was written. The model ends its replies at once (its end-of-text "
             f"token first), or its first tokens carry no visible text. Try a chat model (see what the "
             f"server serves with `{from_here('make check')}`, then --model), or, on llama-server, "
@@ -258,7 +265,14 @@ class Prober:
         chars = prompts.chars_of(messages)
         figures.check(r, chars, max_tokens, self.target)
         return Sample(
-            chars, r.prompt_tokens, r.cached_tokens, r.ttft_ms, r.output_tokens, r.itl_ms, r.total_ms
+            chars,
+            r.prompt_tokens,
+            r.cached_tokens,
+            r.ttft_ms,
+            r.output_tokens,
+            r.itl_ms,
+            r.total_ms,
+            ended_empty=r.ended_empty,
         )
 
     def _too_small(self, exc: FelabError) -> FelabError | None:

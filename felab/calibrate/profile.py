@@ -27,58 +27,23 @@ from typing import Any
 from felab.calibrate import evidence, fit
 from felab.calibrate.plan import Measurements, Plan
 from felab.calibrate.probes import FOLLOW_UP_MAX_TOKENS, Sample
+from felab.calibrate.save import write_whole
 from felab.mock_server.booking import PracticeModel, Prompt
-from felab.mock_server.config import DEFAULTS
-from felab.mock_server.profile import SCHEMA
+from felab.mock_server.config import DEFAULTS, Settings, unit_of
+from felab.mock_server.profile import END_LINE, SCHEMA
 from felab.paths import results_dir
 from felab.targets import Target
 
-MEANINGS: dict[str, tuple[str, str]] = {
-    "overhead_ms": ("ms", "fixed cost of every request (HTTP, parsing, scheduling, the first decode step)"),
-    "prefill_tps": ("tokens/s", "prompt tokens read per second, with nothing before them in context"),
-    "prefill_attention_ns": (
-        "ns",
-        "extra time per new prompt token for each token before it (attention): u·(c + u/2) pairs",
-    ),
-    "cached_token_us": (
-        "µs",
-        "least time per cached prompt token in the prefill that reuses it (beyond the rate; or attention)",
-    ),
-    "ubatch_tokens": (
-        "tokens",
-        "prompt tokens computed in one piece (llama.cpp -ub): the last piece holds the rest",
-    ),
-    "tile_tokens": (
-        "tokens",
-        "a last piece of fewer tokens is read one at a time, each a pass over the context",
-    ),
-    "untiled_ns": ("ns", "what each token of such a piece costs per token of context"),
-    "chars_per_token": ("chars", "characters of text per prompt token, as the engine counts them"),
-    "tokenizer": ("", "the engine's tokenizer (the model file it loaded): the twin counts tokens with it"),
-    "template_tokens": ("tokens", "the engine's chat template's fixed tokens beyond the twin's plain one"),
-    "decode_tps": ("tokens/s", "reply tokens per second of one stream alone"),
-    "decode_slowdown": ("", "each further stream decoding at once slows every stream by this share"),
-    "decode_context_ns": ("ns", "what each prompt token adds to the time of every reply token"),
-    "cache_mode": ("", "prefix reuse: blocks (whole hashed blocks) or seat-prefix (longest common prefix)"),
-    "block_tokens": (
-        "tokens",
-        "cache block size: only whole blocks are reused (the twin's prefix granularity)",
-    ),
-    "cache_blocks": ("blocks", "prefix-cache capacity (0: the server reused nothing)"),
-    "seats": ("", "requests served at once (llama.cpp -np); the context is split evenly between them"),
-    "context_tokens": ("tokens", "the whole context (llama.cpp -c), shared by the seats"),
-    "batch_tokens": (
-        "tokens",
-        "prompt tokens prefilled in one batch (llama.cpp -b), fitted to 4 prompts sent at once; "
-        "none: each prompt's first token at the end of its own prefill",
-    ),
-    "batch_slowdown": (
-        "",
-        "how much longer a batch holding parts of several prompts takes than its parts alone, "
-        "fitted with batch_tokens",
-    ),
-}
-"""Each setting a profile may hold: its unit and what it means (for the file and the table)."""
+SETTINGS = {f.name: f for f in dataclasses.fields(Settings)}
+"""Every setting a profile may hold, by name: its declaration (default, help, unit)."""
+
+
+def meaning(name: str) -> tuple[str, str]:
+    """A setting's unit and what it means, as the practice server declares them (config.py's
+    `setting()`: one description per setting, the same as its flag's help); ("", "") for a name
+    that is not a setting."""
+    f = SETTINGS.get(name)
+    return (unit_of(f), f.metadata["help"]) if f else ("", "")
 
 
 FOLLOW_UP_SHARE = 0.05
@@ -221,7 +186,7 @@ def build(
     """The profile of what was measured: the fit, the settings it gives, the evidence.
     `delivery_ms`: what the practice server itself adds on this machine (probes.delivery_ms),
     taken out of the overhead, since the twin adds it back. `load`: the machine's load average
-    while it measured; `empty`: replies that carried no text (each sent again). Both go into
+    while it measured; `empty`: replies that carried no text (timed by their end, or sent again). Both go into
     the evidence (`[fit] warnings`: evidence.py)."""
     pieces = untiled(m)
     points = prefill_points(m, pieces)
@@ -437,12 +402,13 @@ def to_toml(p: Profile, header: str = "") -> str:
     lines += [f"{_key(k)} = {toml_value(v)}" for k, v in p.about.items()]
     lines += ["", "[settings]"]
     for k, v in p.settings.items():
-        unit, meaning = MEANINGS.get(k, ("", ""))
-        note = f"  # {unit + ': ' if unit else ''}{meaning}" if meaning else ""
+        unit, means = meaning(k)
+        note = f"  # {unit + ': ' if unit else ''}{means}" if means else ""
         lines.append(f"{_key(k)} = {toml_value(v)}{note}")
     for name, table_ in (("fit", p.fit), ("measured", p.measured)):
         if table_:
             lines += ["", f"[{name}]", *(f"{_key(k)} = {toml_value(v)}" for k, v in table_.items())]
+    lines += ["", END_LINE]  # last: how a reader tells a whole profile from one cut short
     return "\n".join(lines) + "\n"
 
 
@@ -453,22 +419,18 @@ def default_path(target: Target) -> Path:
 
 
 def write(p: Profile, path: Path) -> Path:
-    """Write the profile whole (a temporary file renamed over it: never half a profile)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".part")
-    tmp.write_text(to_toml(p), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    """Write the profile whole or not at all (save.py: a temporary file, synced, renamed over it)."""
+    return write_whole(path, to_toml(p))
 
 
 def rows(settings: dict[str, Any]) -> list[dict[str, Any]]:
     """The settings as a table for people: name, value, unit, meaning."""
     out = []
     for k, v in settings.items():
-        unit, meaning = MEANINGS.get(k, ("", ""))
+        unit, means = meaning(k)
         if isinstance(v, float):
             value = f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
         else:
             value = f"{v:,}" if isinstance(v, int) else str(v)
-        out.append({"setting": k, "value": value, "unit": unit, "meaning": meaning})
+        out.append({"setting": k, "value": value, "unit": unit, "meaning": means})
     return out

@@ -14,17 +14,31 @@ error, and the paragraph that names the restart with room for the prompt.
 
 from __future__ import annotations
 
-import json
 import re
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from felab.paths import from_here
 
-if TYPE_CHECKING:  # targets.py reads this package: only the type, never an import cycle
-    from felab.targets import Target
+
+@dataclass(frozen=True)
+class Target:
+    """A resolved target: everything a script needs to talk to one server (`resolve()` makes it).
+
+    It lives here, below the registry, so that each family can name it and targets.py (which reads
+    the registry) imports it from here: the registry never imports targets.py."""
+
+    name: str
+    base_url: str
+    model: str
+    api_key: str
+    is_paid: bool
+    key_env: str | None = None
+
+    def __repr__(self) -> str:  # never show the key, even in a debugger or a log
+        return f"Target(name={self.name!r}, base_url={self.base_url!r}, model={self.model!r})"
+
 
 ASK_SERVER = None
 """A default model of `None` means: ask the server's `/v1/models`."""
@@ -167,12 +181,11 @@ def root_of(target: Target) -> str:
 
 
 def get_json(url: str) -> Any:
-    """GET url as JSON, or None if it does not answer with JSON within 2 s."""
-    try:
-        with urllib.request.urlopen(url, timeout=2.0) as reply:
-            return json.loads(reply.read())
-    except (OSError, ValueError):
-        return None
+    """GET url as JSON, or None if it does not answer with JSON within 2 s (within the kit's
+    limits, felab/guarded.py: a server that sends without end stops with a message naming it)."""
+    from felab.guarded import get_json as guarded_get  # httpx, only when a server is asked
+
+    return guarded_get(url, timeout_s=2.0)
 
 
 def restart_to_forget(target: Target) -> str:

@@ -7,12 +7,7 @@ It answers an over-long prompt as OpenAI does; its prefix cache cannot be emptie
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from felab.engine_families.family import Engine, choose_another, openai_overflow
-
-if TYPE_CHECKING:
-    from felab.targets import Target
+from felab.engine_families.family import Engine, Target, choose_another, openai_overflow
 
 ROOT = "https://api.fireworks.ai"
 """Fireworks' root URL; `FIREWORKS_BASE_URL` overrides it."""

@@ -12,12 +12,17 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import PurePath
-from typing import TYPE_CHECKING
 
-from felab.engine_families.family import Engine, Overflow, ServerError, as_int, fits, get_json, root_of
-
-if TYPE_CHECKING:
-    from felab.targets import Target
+from felab.engine_families.family import (
+    Engine,
+    Overflow,
+    ServerError,
+    Target,
+    as_int,
+    fits,
+    get_json,
+    root_of,
+)
 
 START = "bash lessons/02-three-local-servers/serve_llamacpp.sh Q4_K_M 16384 4"
 PORT_VARIABLE = "LLAMACPP_PORT"

@@ -8,12 +8,11 @@ and every seat reserves it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from felab.engine_families.family import (
     Engine,
     Overflow,
     ServerError,
+    Target,
     as_int,
     fits,
     get_json,
@@ -21,9 +20,6 @@ from felab.engine_families.family import (
     root_of,
     what_did_not_fit,
 )
-
-if TYPE_CHECKING:
-    from felab.targets import Target
 
 PORT_VARIABLE = "OLLAMA_PORT"
 WORDS = "exceeds the context length"

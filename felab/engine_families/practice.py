@@ -6,11 +6,10 @@ is its own flag, and its prefix cache can be emptied without a restart (`POST /a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from felab.engine_families.family import (
     Engine,
     Overflow,
+    Target,
     as_int,
     fits,
     get_json,
@@ -19,9 +18,6 @@ from felab.engine_families.family import (
     root_of,
 )
 from felab.paths import from_here
-
-if TYPE_CHECKING:
-    from felab.targets import Target
 
 SERVER = ".venv/bin/python -m felab.mock_server"
 """The server run by the kit's Python, from the kit root (`make mock` runs it on its usual port)."""
@@ -58,9 +54,12 @@ def _seats(target: Target) -> int | None:
 
 
 def forget_cache(target: Target) -> str:
+    """Empty the cache of the server at the target's address, or restart that one: on another port
+    than 8765 its restart names that port (`make mock` would start one on 8765 instead)."""
+    restart = ENGINE.start_at(target.base_url) or ENGINE.start
     return (
         f"empty its cache with `curl -X POST {root_of(target)}/admin/reset` (or restart it: Ctrl+C in its "
-        f"terminal, then `{from_here('make mock')}`)"
+        f"terminal, then `{from_here(restart or 'make mock')}`)"
     )
 
 

@@ -10,12 +10,8 @@ tokens for the completion".
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
-from felab.engine_families.family import Engine, Overflow, ServerError, restart_with
-
-if TYPE_CHECKING:
-    from felab.targets import Target
+from felab.engine_families.family import Engine, Overflow, ServerError, Target, restart_with
 
 PROMPT = re.compile(
     r"(?:Input length|The input) \((\d+) tokens\) (?:exceeds|is longer than)[^(]*\((\d+) tokens\)"

@@ -21,21 +21,18 @@ Its 429 is its own queue: more requests at once than `--max-concurrent-requests`
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from felab.engine_families.family import (
     REPLY_ROOM,
     Engine,
     Overflow,
     ServerError,
+    Target,
     fits,
     needed,
     port_of,
     what_did_not_fit,
 )
-
-if TYPE_CHECKING:
-    from felab.targets import Target
 
 URL = "http://127.0.0.1:8082/v1"
 TOTAL = re.compile(

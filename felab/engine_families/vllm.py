@@ -7,19 +7,15 @@ stops counting, hence "at least"), before that "(P in the messages, R in the com
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from felab.engine_families.family import (
     MAX_LEN,
     Engine,
     Overflow,
     ServerError,
+    Target,
     openai_numbers,
     restart_with,
 )
-
-if TYPE_CHECKING:
-    from felab.targets import Target
 
 
 def read_overflow(error: ServerError) -> Overflow | None:

@@ -210,6 +210,28 @@ def parse_job(kind: JobKind, item: Any, where: str) -> Job:
 # ── Reading the lists ─────────────────────────────────────────────────────────
 
 
+class DuplicateKey(ValueError):
+    """A JSON object that names a key twice."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"duplicate key {key!r}")
+        self.key = key
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object_pairs_hook that refuses a key named twice in one object.
+
+    JSON leaves a repeated key's meaning open: Python keeps the last value, other parsers the
+    first. `{"replicaCount": 1, "replicaCount": 0}` could bill on Fireworks' side while reading
+    as 0 here, so a page that repeats a key is not read at all."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def read_all(list_page: Callable[..., Any], key: str, what: str, **params: Any) -> list[Any]:
     """Every item of a paginated list, following `nextPageToken` to the end, checking each page."""
     items: list[Any] = []
@@ -217,7 +239,12 @@ def read_all(list_page: Callable[..., Any], key: str, what: str, **params: Any) 
     for page in range(1, MAX_PAGES + 1):
         raw = list_page(page_size=PAGE_SIZE, **({"page_token": token} if token else {}), **params)
         try:
-            body = raw.http_response.json()
+            body = raw.http_response.json(object_pairs_hook=unique_keys)
+        except DuplicateKey as exc:
+            raise CouldNotCheck(
+                f"page {page} of {what} names the key {exc.key!r} twice in one object, so which value "
+                f"counts is not clear (a parser keeps either one)."
+            ) from None
         except ValueError:
             raise CouldNotCheck(f"page {page} of {what} was not JSON.") from None
         if not isinstance(body, dict) or not isinstance(body.get(key), list):
@@ -412,6 +439,11 @@ def _row(d: Deployment) -> dict[str, Any]:
 def emit(text: str) -> None:
     """Print `text` on stdout, flushed now: output that cannot be written (`> /dev/full`, a pipe
     closed early) is a CouldNotCheck, never Python's exit status 1, which reads as "billing"."""
+    if sys.stdout is None:  # started with its output closed (`>&-`): Python gives no stdout at all
+        raise CouldNotCheck(
+            "its report could not be written: its output was closed (`>&-`). Run it again with its "
+            "output on the terminal."
+        )
     try:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()

@@ -17,6 +17,8 @@ httpx client built here:
                   replies are asked for uncompressed, and a compressed one is refused, since
                   its size once unpacked is not known until it is unpacked
 
+The pieces are the kit's guard for every reply (felab/guarded.py: the body's `Capped`, the
+waits cut to the time left), with one deadline for the whole check instead of one a request.
 Each stop raises `Stop`, whose `why` is the sentence fw-check prints. The SDK
 wraps it (and retries once, which stops again at once): `stopped_by()` finds it
 again in the exception's chain.
@@ -25,10 +27,11 @@ again in the exception's chain.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import httpx
+
+from felab.guarded import SLACK_S, Capped, compressed, cut_to, declared
 
 DEADLINE_S = 120.0
 """The whole check, every page of every list: a few seconds on a normal day."""
@@ -83,14 +86,14 @@ class Budget:
         self.stopped = self.stopped or Stop(why)
         return self.stopped
 
-    def left_s(self) -> float:
-        """Seconds left; a Stop once there are none."""
+    def left_s(self, slack_s: float = 0.0) -> float:
+        """Seconds left; a Stop once there are none (or no more than `slack_s`)."""
         left = self.ends_at - time.monotonic()
-        if left <= 0:
+        if left <= slack_s:
             raise self.stop(
-                f"the check did not finish within its limit of {self.deadline_s:.0f} s (a reply was "
-                f"still arriving, or a server did not answer). Fireworks may be slow right now: run "
-                f"again in a minute."
+                f"the check did not finish within its limit of {self.deadline_s:.0f} s (a reply from "
+                f"{self.origin} was still arriving, or it did not answer). Fireworks may be slow right "
+                f"now: run again in a minute."
             )
         return left
 
@@ -109,22 +112,18 @@ class GuardedTransport(httpx.BaseTransport):
             raise budget.stop(
                 f"a request to {_origin(request.url)} was refused: only {budget.origin} is read."
             )
-        left = budget.left_s()
-        asked = request.extensions.get("timeout") or {}
-        request.extensions["timeout"] = {
-            k: min(asked.get(k) or left, left) for k in ("connect", "read", "write", "pool")
-        }
+        cut_to(request, budget.left_s())
         try:
             response = self.inner.handle_request(request)
         except httpx.TimeoutException:
-            budget.left_s()  # out of time: say so, not "it timed out"
+            budget.left_s(SLACK_S)  # out of time: say so, not "it timed out"
             raise
         self._check(request, response)
         assert isinstance(response.stream, httpx.SyncByteStream)  # a sync transport's reply
         return httpx.Response(
             response.status_code,
             headers=response.headers,
-            stream=Capped(response.stream, budget, request.url.path),
+            stream=Capped(response.stream, Reply(budget, request.url.path)),
             extensions=response.extensions,
         )
 
@@ -139,12 +138,12 @@ class GuardedTransport(httpx.BaseTransport):
                 f"but FIREWORKS_BASE_URL itself is not Fireworks' word on what bills. Check "
                 f"FIREWORKS_BASE_URL (unset, it is https://api.fireworks.ai)."
             )
-        elif response.headers.get("content-encoding", "identity").lower() != "identity":
+        elif encoding := compressed(response):
             why = (
-                f"the reply to GET {request.url.path} came compressed "
-                f"({response.headers['content-encoding'][:20]}) although it was asked for plain text."
+                f"the reply from {self.budget.origin} to GET {request.url.path} came compressed "
+                f"({encoding}) although it was asked for plain text."
             )
-        elif _declared(response) > self.budget.max_bytes:
+        elif declared(response) > self.budget.max_bytes:
             why = too_large(self.budget, request.url.path)
         if why:
             response.close()
@@ -154,40 +153,30 @@ class GuardedTransport(httpx.BaseTransport):
         self.inner.close()
 
 
-def _declared(response: httpx.Response) -> int:
-    length = response.headers.get("content-length", "")
-    return int(length) if length.isdigit() else 0
-
-
 def too_large(budget: Budget, path: str) -> str:
     return (
-        f"the reply to GET {path} was larger than {budget.max_bytes // (1024 * 1024)} MB, far more "
+        f"the reply from {budget.origin} to GET {path} was larger than "
+        f"{budget.max_bytes // (1024 * 1024)} MB, far more "
         f"than any page of deployments or jobs; fw-check stops rather than read it. Check "
         f"FIREWORKS_BASE_URL (unset, it is https://api.fireworks.ai)."
     )
 
 
-class Capped(httpx.SyncByteStream):
-    """A reply's body, stopped once it passes the size cap or the deadline."""
+class Reply:
+    """One reply's body as it arrives (the `Watch` of felab/guarded.py's `Capped`): its bytes
+    against the cap, and the check's deadline."""
 
-    def __init__(self, inner: httpx.SyncByteStream, budget: Budget, path: str) -> None:
-        self.inner, self.budget, self.path = inner, budget, path
+    def __init__(self, budget: Budget, path: str) -> None:
+        self.budget, self.path, self.got = budget, path, 0
 
-    def __iter__(self) -> Iterator[bytes]:
-        got = 0
-        try:
-            for chunk in self.inner:
-                got += len(chunk)
-                if got > self.budget.max_bytes:
-                    raise self.budget.stop(too_large(self.budget, self.path))
-                self.budget.left_s()
-                yield chunk
-        except httpx.TimeoutException:
-            self.budget.left_s()
-            raise
+    def arrived(self, chunk: bytes) -> None:
+        self.got += len(chunk)
+        if self.got > self.budget.max_bytes:
+            raise self.budget.stop(too_large(self.budget, self.path))
+        self.budget.left_s()
 
-    def close(self) -> None:
-        self.inner.close()
+    def left_s(self, slack_s: float = 0.0) -> float:
+        return self.budget.left_s(slack_s)
 
 
 def guarded_client(budget: Budget, timeout_s: float) -> httpx.Client:

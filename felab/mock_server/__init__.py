@@ -23,10 +23,8 @@ Read it in this order; each file holds one idea:
     metrics.py   GET /metrics, with vLLM's names, by prometheus_client
     serve.py     the command line
     launch.py    a throw-away server on a free port (make demo, make smoke, tests)
-    fidelity.py  make bench: measured TTFT against the model's prediction, and against the floor
-    floor.py     make bench's floor: a raw asyncio server that only keeps a 50 ms schedule
 
 Nothing here imports the learner's library (felab/*.py at the top) or the openai SDK,
-except launch.py, which waits for the server with the SDK, and fidelity.py, which measures
-what the SDK adds (a test in tests/test_docs.py keeps it so).
+except launch.py, which waits for the server with the SDK (a test in tests/test_docs.py keeps
+it so). The benchmark that measures this server is felab/bench/.
 """

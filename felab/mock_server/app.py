@@ -57,6 +57,7 @@ from felab.mock_server.wire import (
     parse,
     refuse,
 )
+from felab.mock_server.worker_api import worker_routes
 
 
 @dataclass
@@ -66,9 +67,9 @@ class ServerState:
     settings: Settings
     model: PracticeModel
     faults: Faults
-    waiting: dict[int, set[asyncio.Future[None]]] = field(default_factory=dict)
-    """Per replica: the wake-ups of requests waiting for their first token, so that a cancel
-    ahead of them in the lane can wake them early (their booked time moved up)."""
+    waiting: dict[str, set[asyncio.Future[None]]] = field(default_factory=dict)
+    """Per booking (its rid): the wake-ups of a request waiting for its first token, so that a
+    cancel ahead of it can wake it early (the model says whose booked time moved up)."""
     on_time: OnTime = field(default_factory=OnTime)
     """Sends first tokens on time (waits.py)."""
 
@@ -77,11 +78,18 @@ class ServerState:
         """Empty caches, idle lanes, zeroed counters, generators back at their seed."""
         return cls(s, PracticeModel(s), Faults(s.fail_rate, s.fail_types, s.seed))
 
-    def cancel(self, booking: Booking, now: float) -> None:
-        """A client hung up: the model gives back its lane time; wake whoever moved up."""
-        if self.model.cancel(booking, now):
-            for wake in self.waiting.get(booking.replica.index, ()):
+    def __post_init__(self) -> None:
+        self.model.on_moved = self.wake  # a hang-up, or a reply's end, moved these first tokens up
+
+    def wake(self, bookings: list[Booking]) -> None:
+        """Wake the waits of these bookings: they look at their booked time again."""
+        for booking in bookings:
+            for wake in self.waiting.get(booking.rid, ()):
                 wake_up(wake)
+
+    def cancel(self, booking: Booking, now: float) -> None:
+        """A client hung up: the model gives back its lane time and wakes whoever moved up."""
+        self.model.cancel(booking, now)
 
 
 # ── Waiting for the booked times ─────────────────────────────────────────────
@@ -92,16 +100,19 @@ CLIENT_CLOSED = 499
 async def until_first_token(state: ServerState, booking: Booking) -> None:
     """Wait for the booked first token, to a fraction of a millisecond (waits.OnTime); if a
     request ahead is cancelled, the time moves up and the wait is woken to look again."""
-    waiting = state.waiting.setdefault(booking.replica.index, set())
-    while clock() < booking.first_token_at:
-        # One future, set at the booked time or sooner by a cancel: no task per request, which
-        # a burst of 64 arrivals would feel.
-        wake = state.on_time.at(booking.first_token_at)
-        waiting.add(wake)
-        try:
-            await wake
-        finally:
-            waiting.discard(wake)
+    waiting = state.waiting.setdefault(booking.rid, set())
+    try:
+        while clock() < booking.first_token_at:
+            # One future, set at the booked time or sooner by a cancel: no task per request, which
+            # a burst of 64 arrivals would feel.
+            wake = state.on_time.at(booking.first_token_at)
+            waiting.add(wake)
+            try:
+                await wake
+            finally:
+                waiting.discard(wake)
+    finally:
+        state.waiting.pop(booking.rid, None)
 
 
 # ── Replies ──────────────────────────────────────────────────────────────────
@@ -358,6 +369,7 @@ def routes(
         *(Route(path, endpoint, methods=["POST"]) for path, endpoint in endpoints.items()),
         Route("/admin/reset", reset, methods=["POST"]),
         *info_routes(settings, state),
+        *worker_routes(settings, state, same_origin_only),  # what routers ask of a worker
     ]
 
 

@@ -19,13 +19,19 @@ so runs an hour of traffic in seconds, through this same code.
 As live, a request finds the blocks of every prompt booked before it on its
 replica, even one still prefilling: the lane is first come first served, so by
 the time this prompt is read, every earlier one has been.
+
+One exception to "the prediction is known at booking": with seats and batches, a
+hang-up parks the requests still waiting for a seat (their first token unknown)
+and admits each when a seat is free for it, so that a hang-up costs what it
+changes, not a plan of every queued request (`_readmit`); `on_moved` tells the
+server whose wait to wake.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,21 +152,34 @@ class PracticeModel:
         self.hung_up: dict[str, Booking] = {}
         """Bookings whose client hung up during their prefill and whose lane time live prompts
         may still need (`cancel`); dropped once their kept prefill is over."""
+        self.parked: dict[int, dict[str, Booking]] = {}
+        """Per replica (with seats and batches): live bookings waiting for a seat whose times are
+        not planned, in booking order (`_readmit`); each is admitted when a seat is free for it."""
+        self.planned: dict[int, dict[str, Booking]] = {}
+        """Per replica: the live bookings not parked, in booking order."""
+        self.finders: dict[int, int] = {}
+        """Per replica: how many live bookings found part of their prompt cached (if none, no
+        hung-up prompt has work a live one relies on: a hang-up need not look)."""
+        self.on_moved: Callable[[list[Booking]], None] = lambda bookings: None
+        """Told the bookings whose first token may have moved up (the server wakes their waits)."""
+        self.now = -math.inf
+        """The latest time a caller has said it is (a reply's end, told late, is never before it)."""
 
     def book(self, prompt: Prompt, reply_tokens: int, arrival: float, now: float) -> Booking:
         """Route, seat, look up, queue, insert and count one request that arrived at `arrival`."""
         ready = arrival + self.timing.overhead_ms / 1000  # its prefill may start then, not before
+        self.now = max(self.now, now)
         if self.hung_up:  # bounded by what is in flight, also when nobody hangs up again
             self.forget_hung_up(now)
+        for index, parked in self.parked.items():  # it comes after every request waiting: each is
+            if parked:  # planned first, so that the time this one is booked is known now
+                self.on_moved(self._catch_up(self.fleet.replicas[index], now, everyone=True))
         replica = self.fleet.pick(prompt.tokens, prompt.keys, prompt.session, now, ready)
         seat, admission, reused = None, ready, 0
         if replica.seats is not None:  # it waits for a seat first (seats.py)
             seat, admission, reused = replica.seats.admit(ready, prompt.keys)
-        if self.settings.cache_mode == "blocks":
-            uncached = replica.cache.uncached_tokens(prompt.tokens, prompt.keys, now)
-        else:  # seat-prefix: what its seat's last prompt shares with it; llama.cpp reads one token
-            uncached = max(prompt.tokens - reused * replica.cache.block_tokens, min(prompt.tokens, 1))
-        cached = prompt.tokens - uncached
+        cached = prompt.tokens - self._uncached(replica, prompt, reused, now)
+        uncached = prompt.tokens - cached
         rank = None if seat is None or replica.seats is None else replica.seats.seats.index(seat)
         seconds = self.timing.prefill_s(uncached, cached)
         growth = self.timing.growth(uncached, cached) if self.settings.batch_tokens else (0.0, 0, 0.0)
@@ -173,18 +192,38 @@ class PracticeModel:
         b = Booking(rid, replica, tokens, cached, reply_tokens, arrival, prefill, interval, prompt.keys)
         b.seat, b.ready = seat, ready
         self.live[b.rid] = b
+        self.planned.setdefault(replica.index, {})[b.rid] = b
+        if cached:
+            self.finders[replica.index] = self.finders.get(replica.index, 0) + 1
         if replica.seats is not None and seat is not None:
             replica.seats.hold(seat, admission, b.reply_end, prompt.keys, b)
-            if isinstance(prefill, BatchedPrefill) and isinstance(replica.lane, BatchLane):
-                prefill.holder = b  # the batches were planned again: replies may end later
-                moved = [t.holder for t in replica.lane.replanned if isinstance(t.holder, Booking)]
-                if any(x.seat is not None and x.seat.holder is not x for x in moved):
-                    self._settle(replica, now)  # a later request was admitted to its seat
-                else:
-                    self._rehold(moved)
+            self._seat_batched(b, now)
         replica.active_tokens += prompt.tokens + reply_tokens
         replica.stats.admit(prompt.tokens, cached)
         return b
+
+    def _uncached(self, replica: Replica, prompt: Prompt, reused: int, now: float) -> int:
+        """The prompt tokens `replica` must prefill: those its cache lacks (`blocks`), or with
+        `seat-prefix` those past what its seat's last prompt shares (`reused` blocks; llama.cpp
+        reads at least one token)."""
+        if self.settings.cache_mode == "blocks":
+            return replica.cache.uncached_tokens(prompt.tokens, prompt.keys, now)
+        return max(prompt.tokens - reused * replica.cache.block_tokens, min(prompt.tokens, 1))
+
+    def _seat_batched(self, b: Booking, now: float) -> None:
+        """A seated booking whose prompt joined the batches: they were planned again, so replies
+        may end later; the seats follow (or, where a later request now holds a seat one needs,
+        the waiting requests are admitted again)."""
+        replica, prefill = b.replica, b.prefill
+        if not (isinstance(prefill, BatchedPrefill) and isinstance(replica.lane, BatchLane)):
+            return
+        prefill.holder = b
+        moved = [t.holder for t in replica.lane.replanned if isinstance(t.holder, Booking)]
+        moved = [x for x in moved if x.rid in self.live]  # (a hung-up one holds no seat)
+        if any(x.seat is not None and x.seat.holder is not x for x in moved):
+            self.on_moved(self._readmit(replica, now, everyone=True))  # a later one holds its seat
+        else:
+            self._rehold(moved)
 
     def streams(self, replica: Replica, at: float) -> int:
         """Streams decoding on `replica` at `at`, one starting then included (it sets how fast each
@@ -196,11 +235,18 @@ class PracticeModel:
 
     def finish(self, booking: Booking, now: float | None = None) -> None:
         """The reply is over: sent whole (`now` None), or its client gone at `now`. Counts what
-        was really served: the tokens due by then, and the TTFT only if the first token came."""
+        was really served: the tokens due by then, and the TTFT only if the first token came.
+        A reply sent whole frees its seat at its end: requests parked for a seat may take it."""
         sent = booking.reply_tokens if now is None else booking.tokens_due(now)
         booking.replica.stats.served(booking.ttft_s if sent else None, sent)
         if self.live.pop(booking.rid, None) is not None:
             booking.replica.active_tokens -= booking.prompt_tokens + booking.reply_tokens
+            self.planned.get(booking.replica.index, {}).pop(booking.rid, None)
+            if booking.cached_tokens:
+                self.finders[booking.replica.index] -= 1
+            if now is None and self.parked.get(booking.replica.index):
+                self.now = max(self.now, booking.reply_end)  # (told a little after it, by a timer)
+                self.on_moved(self._catch_up(booking.replica, self.now))
 
     def in_flight(self) -> list[tuple[int, Prefill]]:
         """(replica, its prefill in the lane) of every request being served now (for the gauges)."""
@@ -211,27 +257,56 @@ class PracticeModel:
         engine aborts a request.
 
         Prompts booked after it on its replica found its blocks in the cache; the part of its
-        prefill that *live* ones count on is kept in the lane (done for them, before their turn),
+        prefill that *live* ones count on, of the blocks it computes itself (not those it found),
+        is kept in the lane (done for them, before their turn),
         so they are not served blocks nobody computed. That claim is theirs: when they hang up
         too, every hung-up prompt they relied on gives its kept time back (`_release`), so a
         chain of hung-up prompts, each extending the last, leaves nothing behind. Blocks that are
         never computed leave the cache: a later prompt must prefill them.
         True if prompts queued behind it moved up (their waiters should look again).
         """
-        self.finish(booking, now)
+        self.now = max(self.now, now)
         replica, gave_back = booking.replica, False
+        parked = self.parked.get(replica.index, {})
+        unplanned = booking.rid in parked  # waiting for a seat, parked: not in the lane
+        if unplanned and self._relied_on(booking):  # planned first, as any prompt others rely on
+            self._catch_up(replica, now, through=booking)
+            unplanned = False
+        if unplanned:
+            del parked[booking.rid]
+        self.finish(booking, now)
         if booking.prefill.end > now:  # still prefilling or waiting: give its lane time back
-            self.hung_up[booking.rid] = booking
-            earlier = (g for g in self.hung_up.values() if g.replica is replica and g is not booking)
-            relied_on = [g for g in earlier if _shared(booking, g) > g.found_blocks] + [booking]
-            gave_back = any([self._release(ghost, now) for ghost in relied_on])  # each, no short cut
-            self.forget_hung_up(now)
+            gave_back = self._give_back(booking, unplanned, now)
+            if unplanned and not gave_back:
+                return False  # nothing planned moved
+        if replica.seats is not None and isinstance(replica.lane, BatchLane):  # only what it moved
+            moved = self._readmit(replica, now)
+            self.on_moved(moved)
+            return bool(moved)
         if replica.seats is not None:  # its seat is free: those waiting for one move up
-            if isinstance(replica.lane, BatchLane):  # batches in seat order: ends may move later too
-                self._settle(replica, now)
-                return True
-            return bool(self._reseat(replica, now))
-        return bool(gave_back and replica.lane.reflow(now))
+            moved_up = bool(self._reseat(replica, now))
+        else:
+            moved_up = bool(gave_back and replica.lane.reflow(now))
+        if moved_up:
+            self.on_moved([b for b in self.live.values() if b.replica is replica])
+        return moved_up
+
+    def _give_back(self, booking: Booking, unplanned: bool, now: float) -> bool:
+        """A hung-up booking still prefilling or waiting: every hung-up prompt it relied on, and
+        itself (if it is in the lane), gives back what no live request needs (`_release`). An
+        unplanned one (parked for a seat) has nothing in the lane: its own blocks leave the cache.
+        True if any lane time was given back."""
+        replica = booking.replica
+        earlier = (g for g in self.hung_up.values() if g.replica is replica and g is not booking)
+        relied_on = [g for g in earlier if _shared(booking, g) > g.found_blocks]
+        if unplanned:  # nothing of it is in the lane; its blocks will never be computed
+            self._forget_own_blocks(booking, booking.found_blocks)
+        else:
+            self.hung_up[booking.rid] = booking
+            relied_on.append(booking)
+        gave_back = any([self._release(ghost, now) for ghost in relied_on])  # each, no short cut
+        self.forget_hung_up(now)
+        return gave_back
 
     def forget_hung_up(self, now: float) -> None:
         """Drop the hung-up prompts with nothing left to give back: their kept prefill is over."""
@@ -270,24 +345,83 @@ class PracticeModel:
             self._rehold(mine)
         return moved
 
-    def _settle(self, replica: Replica, now: float) -> None:
-        """Admit again the requests not started yet, until no two share a seat at once: a plan
-        that moves a reply's end later can run it past the admission of the next request on
-        its seat (its wait for the seat then moves too, and may move others: a few passes)."""
-        for _ in range(len(self.live) + 1):
-            self._reseat(replica, now)
-            spans = sorted(
-                (b.prefill.ready_at, b.reply_end, id(b.seat))
-                for b in self.live.values()
-                if b.replica is replica and b.seat is not None
-            )
-            last: dict[int, float] = {}
-            clash = False
-            for start, end, seat in spans:
-                clash = clash or start < last.get(seat, -math.inf) - 1e-9
-                last[seat] = max(last.get(seat, -math.inf), end)
-            if not clash:
-                return
+    def _readmit(self, replica: Replica, now: float, everyone: bool = False) -> list[Booking]:
+        """With seats and batches: admit again, first come first served, the requests waiting for
+        a seat on `replica` (a hang-up freed one, or gave lane time back), as far as a seat is free
+        for them by `now`; park the rest. The bookings whose first token may have moved.
+
+        A parked request has no planned time (its first token: inf) and holds no seat; each is
+        admitted when a seat is free for it (`_catch_up`: at a hang-up, at a reply's end, or
+        when a request comes). So a hang-up plans again only the requests that start by now and
+        the batches they share, not every request queued behind it; and each is admitted, and
+        its batches planned, seeing the ones admitted before it, so that no seat holds two at once.
+        """
+        assert replica.seats is not None and isinstance(replica.lane, BatchLane)
+        parked = self.parked.get(replica.index, {})
+        planned = self.planned.setdefault(replica.index, {})
+        mine = list(planned.values())
+        was = {b.rid: b.first_token_at for b in mine}
+        waiting = [b for b in mine if b.prefill.ready_at >= now]  # not admitted by now
+        replica.lane.withdraw([b.prefill for b in waiting if isinstance(b.prefill, BatchedPrefill)], now)
+        held: dict[int, Booking] = {}  # seat -> the request admitted to it (the last, if several)
+        for b in (b for b in mine if b.seat is not None and b.prefill.ready_at < now):
+            if id(b.seat) not in held or b.reply_end > held[id(b.seat)].reply_end:
+                held[id(b.seat)] = b
+        for seat in replica.seats.seats:  # free now, unless a request admitted already holds it
+            holder = held.get(id(seat))
+            seat.free_at = min(seat.free_at, now) if holder is None else max(now, holder.reply_end)
+            seat.holder = holder  # (not one waiting: it is admitted again, or parked)
+        replica.seats.last_admission = min(replica.seats.last_admission, now)
+        if waiting:  # parked, ahead of those parked already (booked before them)
+            self.parked[replica.index] = {**{b.rid: b for b in waiting}, **parked}
+            for b in waiting:
+                del planned[b.rid]
+        moved = self._catch_up(replica, now, everyone=everyone)
+        fresh = {b.rid for b in moved}
+        return moved + [b for b in mine if b.rid not in fresh and b.first_token_at < was[b.rid]]
+
+    def _catch_up(
+        self, replica: Replica, now: float, through: Booking | None = None, everyone: bool = False
+    ) -> list[Booking]:
+        """Admit the parked requests of `replica` in order while a seat is free by `now` (or up to
+        `through`, or `everyone`); each is planned as a newcomer is booked. The
+        bookings whose times moved: those admitted, and those whose batches they joined."""
+        parked, seats, lane = self.parked.get(replica.index), replica.seats, replica.lane
+        moved: dict[str, Booking] = {}
+        while parked and seats is not None and isinstance(lane, BatchLane):
+            b = next(iter(parked.values()))
+            if min(s.free_at for s in seats.seats) > now and through is None and not everyone:
+                break  # no seat free yet: the reply's end (or hang-up) that frees one admits it
+            seat, at, _ = seats.admit(b.ready, b.keys)  # (maybe later: its overhead, the one before)
+            del parked[b.rid]
+            self.planned.setdefault(replica.index, {})[b.rid] = b
+            assert isinstance(b.prefill, BatchedPrefill)
+            replanned = lane.rejoin(b.prefill, at, seats.seats.index(seat), now)
+            b.seat = seat  # (the cache match it was booked with stays)
+            seats.hold(seat, at, b.reply_end, b.keys, b)
+            behind = [
+                t.holder for t in replanned if isinstance(t.holder, Booking) and t.holder.rid in self.live
+            ]
+            self._rehold([x for x in behind if x.seat is not None and x.seat.holder is x])
+            moved.update((x.rid, x) for x in [b, *behind])
+            if b is through:
+                break
+        return list(moved.values())
+
+    def _relied_on(self, booking: Booking) -> bool:
+        """Whether a live prompt booked after it found any of its blocks in the cache."""
+        order = int(booking.rid)
+        return self.finders.get(booking.replica.index, 0) > 0 and any(
+            b.cached_tokens > booking.cached_tokens and b.replica is booking.replica and int(b.rid) > order
+            for b in self.live.values()
+        )
+
+    def _forget_own_blocks(self, booking: Booking, kept: int) -> None:
+        """Forget the blocks of its prompt past its first `kept`: they will never be computed."""
+        if self.settings.cache_mode == "blocks":
+            booking.replica.cache.forget(booking.keys[kept:])
+        if booking.seat is not None and booking.seat.keys is booking.keys:  # seat-prefix: what it read
+            booking.seat.keys = booking.keys[:kept]
 
     @staticmethod
     def _rehold(bookings: list[Booking]) -> None:
@@ -301,29 +435,31 @@ class PracticeModel:
 
     def _release(self, ghost: Booking, now: float) -> bool:
         """Cut a hung-up prompt's lane time to what it used by `now` and what live prompts booked
-        after it still need of its work; forget the blocks it will never compute. Moves no other
-        prefill (the caller reflows the lane once). True if it gave time back."""
+        after it still need of its own work: the blocks past those it found cached when booked
+        (another prompt computes those; a live prompt that needs only them needs nothing of it).
+        Forget the blocks it will never compute. Moves no other prefill (the caller reflows the
+        lane once). True if it gave time back."""
         replica, prefill = ghost.replica, ghost.prefill
         block = replica.cache.block_tokens
         before = ghost.cached_tokens  # tokens already in context when its prefill began
         uncached = ghost.prompt_tokens - before
         holds = (before + self.timing.computed_tokens(prefill.seconds, uncached, before)) // block
-        needed = 0
-        for b in self.live.values():  # the live prompts booked after it on its replica
-            if b.replica is replica and int(b.rid) > int(ghost.rid):
-                needed = max(needed, _shared(b, ghost))
-                if needed >= holds:
-                    return False  # a live prompt needs all it holds: nothing to give back
-        if needed * block - before > uncached - self.timing.untiled_rows(uncached):
+        needed = 0  # of its own tokens: the blocks it found, another prompt computed (or keeps)
+        order = int(ghost.rid)
+        finders = self.live.values() if self.finders.get(replica.index) else ()  # none: none need it
+        for b in finders:  # the live prompts booked after it on its replica that found more than it
+            if b.cached_tokens > before and b.replica is replica and int(b.rid) > order:
+                needed = max(needed, _shared(b, ghost) * block - before)
+                if needed > 0 and needed >= holds * block - before:
+                    return False  # a live prompt needs all it computes: nothing to give back
+        if needed > uncached - self.timing.untiled_rows(uncached):
             return False  # a live prompt needs part of its last piece of few rows, which ends it
         booked_end = prefill.end  # when its blocks were last said to be used
-        keep_s = self.timing.read_s(max(0, needed * block - before), before)
+        keep_s = self.timing.read_s(max(0, needed), before)
         if not replica.lane.shorten(prefill, now, keep_s):
             return False
         kept = (before + self.timing.computed_tokens(prefill.seconds, uncached, before)) // block
-        replica.cache.forget(ghost.keys[kept:])
-        if ghost.seat is not None and ghost.seat.keys is ghost.keys:  # seat-prefix: what it read
-            ghost.seat.keys = ghost.keys[:kept]
+        self._forget_own_blocks(ghost, kept)
         # Its kept blocks were last used when its (shortened) prefill stops, not at the old end:
         # the time to live counts from then (unless a later prompt has used them since).
         replica.cache.restamp(ghost.keys[:kept], booked_end, max(now, prefill.end))

@@ -35,6 +35,27 @@ MAX_REPLICAS = 256
 UNLIMITED = sys.maxsize
 """`--cache-blocks unlimited`: no trace has that many blocks, so nothing is ever evicted."""
 
+# ── What a real engine could have: every setting's bounds come from these ──────
+MAX_SEATS = 1024
+"""The most seats a replica has: llama.cpp's -np and vLLM's --max-num-seqs run to a few hundred
+(vLLM's default is 256); each seat is a list the server keeps, so 1e8 of them is memory, not a model."""
+MAX_TOKENS = 16 * 1024 * 1024
+"""The largest count of tokens any setting names (context, batch, piece, block, reply): above the
+largest context an engine serves today (10M tokens)."""
+DAY_S = 86_400.0
+"""The longest a request's modelled time may be. The terms of the timing model (timing.py) each
+grow with the request; each is capped so that, on the longest request the settings allow (a prompt
+and reply filling --context-tokens), it takes at most a TERM_SHARE_S of the day: the sum, with the
+overhead's minute, is under a day. A profile (or flags) beyond it would book first tokens years
+away, which no engine does and which timers cannot hold."""
+MAX_OVERHEAD_MS = 60_000.0
+"""A minute: no engine's fixed cost per request (parsing, scheduling, the first decode step) is near it."""
+TERMS = 5
+"""The terms that grow with a request: prefill's linear term, attention or the cached floor (the
+larger of the two), the last piece of few rows, decode's linear term, decode's context term."""
+TERM_SHARE_S = (DAY_S - MAX_OVERHEAD_MS / 1000) / TERMS
+"""Each term's part of the day on the longest request: 17,268 s (4.8 hours)."""
+
 MODEL, SERVER = "model", "server"
 """A setting's scope: MODEL settings shape the modelled engine and fleet (replay has them too,
 and can sweep them); SERVER settings are the HTTP server's own (the server's flags only)."""
@@ -52,16 +73,25 @@ def setting(
     choices: tuple[str, ...] | None = None,
     words: dict[str, Any] | None = None,
     column: str | None = None,
+    unit: str | None = None,
+    twin: bool = False,
 ) -> Any:
     """Declare one setting: its default and help, and the facts its flags are written from.
 
     `low`/`high` bound a number (`low_open`: the bound itself is refused); `choices` the words a
     text may be (for a tuple: each item); `words` are spellings a learner may type for a value
     (`{"never": None}`); `flag` the flag's name when it is not the field's (`cache_ttl_s` is
-    `--cache-ttl`); `column` its heading in replay's tables.
+    `--cache-ttl`); `column` its heading in replay's tables; `unit` what a value counts, when the
+    field's name does not end in it (`unit_of()`).
+
+    `twin=True` marks a setting of a calibrated twin: `felab calibrate` measures it and writes it
+    in a profile, and a learner never types it. The practice server's `--help` leaves it out and
+    `--help-twin` lists it; its flag and its profile line work all the same. (Every twin setting
+    at its default is the lesson's model.)
     """
     facts: dict[str, Any] = {"help": help, "scope": scope, "flag": flag, "low": low, "low_open": low_open}
-    facts |= {"high": high, "choices": choices, "words": words or {}, "column": column}
+    facts |= {"high": high, "choices": choices, "words": words or {}, "column": column, "unit": unit}
+    facts["twin"] = twin
     return dataclasses.field(default=default, metadata=facts)
 
 
@@ -72,17 +102,20 @@ class Settings:
     model: str = setting(MODEL_ID, "the model id it serves", scope=SERVER)
     overhead_ms: float = setting(
         15.0, "fixed cost of every request (parsing, scheduling) before its prefill may start, ms",
-        low=0, column="overhead ms",
+        low=0, high=MAX_OVERHEAD_MS, column="overhead ms",
     )  # fmt: skip
+    # bound (term_bounds): at least context / TERM_SHARE_S, a full context's prompt read in 4.8 hours
     prefill_tps: float = setting(
         2500.0, "prefill rate, prompt tokens per second, one prompt at a time per replica",
         low=0, low_open=True, column="prefill tok/s",
     )  # fmt: skip
+    # bound (term_bounds): at most 2 x TERM_SHARE_S / context²: u·(c + u/2) <= context²/2 pairs
     prefill_attention_ns: float = setting(
         0.0, "attention's cost per new prompt token per token before it, ns: prefill grows faster than "
         "linearly with the prompt (0: linear, as lesson 06's)",
-        low=0, column="attention ns",
+        low=0, column="attention ns", twin=True,
     )  # fmt: skip
+    # bound (term_bounds): at least context x (1 + slowdown x (seats - 1)) / TERM_SHARE_S
     decode_tps: float = setting(
         400.0, "decode rate per stream, reply tokens per second, with one stream decoding",
         low=0, low_open=True, column="decode tok/s",
@@ -90,47 +123,51 @@ class Settings:
     decode_slowdown: float = setting(
         0.0, "how much each further stream decoding on a replica slows a stream: interval = "
         "1/decode-tps x (1 + slowdown x (streams - 1)) (0: streams do not slow each other)",
-        low=0, column="decode slowdown",
+        low=0, high=10, column="decode slowdown", twin=True,
     )  # fmt: skip
+    # bound (term_bounds): at most TERM_SHARE_S / context, the floor after a full context cached
     cached_token_us: float = setting(
         0.0, "least cost of each prompt token found in the cache, paid in the prefill of the request "
         "that reuses it, µs: prefill after c cached tokens takes at least c x this beyond its rate, or "
         "the attention term if larger (a few new tokens after a long cached opening; 0: none)",
-        low=0, column="cached µs",
+        low=0, column="cached µs", twin=True,
     )  # fmt: skip
+    # bound (term_bounds): at most 4 x TERM_SHARE_S / context²: R reply tokens after c, R·c <= context²/4
     decode_context_ns: float = setting(
         0.0, "what each prompt token adds to the time of every reply token, ns: decode attends to "
         "the whole context (0: decode does not slow with the prompt)",
-        low=0, column="decode ctx ns",
+        low=0, column="decode ctx ns", twin=True,
     )  # fmt: skip
     ubatch_tokens: int | None = setting(
         None, "prompt tokens computed in one piece (llama.cpp -ub, 512): the last piece holds the rest; "
         "`none`: a prompt is one piece (matters only with --tile-tokens)",
-        low=1, words={"none": None}, column="ubatch tokens",
+        low=1, high=MAX_TOKENS, words={"none": None}, column="ubatch tokens", twin=True,
     )  # fmt: skip
     tile_tokens: int = setting(
         0, "a last piece with fewer tokens than this is read one token at a time, each a pass over the "
         "whole context (llama.cpp's CPU attention tiles: 64); 0: never",
-        low=0, column="tile tokens",
+        low=0, high=MAX_TOKENS, column="tile tokens", twin=True,
     )  # fmt: skip
+    # bound (term_bounds): at most TERM_SHARE_S / ((tile - 1) x context): rows < tile, each a pass
     untiled_ns: float = setting(
         0.0, "with --tile-tokens: what each token of such a piece costs per token of context, ns "
         "(0: nothing)",
-        low=0, column="untiled ns",
+        low=0, column="untiled ns", twin=True,
     )  # fmt: skip
+    # bound: tokenizers give 1 to 8 characters a token (1e-6 made a few words millions of tokens)
     chars_per_token: float = setting(
         4.0, "how the modelled engine counts text: characters per token (about 4 in English)",
-        scope=SERVER, low=0, low_open=True,
+        scope=SERVER, low=0.5, high=20, twin=True,
     )  # fmt: skip
     tokenizer: str | None = setting(
         None, "count a prompt's tokens with the engine's tokenizer: the model file the server loaded "
         "(.gguf) or its tokenizer.json (tokens.py); `none`: from characters (--chars-per-token)",
-        scope=SERVER, words={"none": None},
+        scope=SERVER, words={"none": None}, twin=True,
     )  # fmt: skip
     template_tokens: int = setting(
         0, "with --tokenizer: tokens the engine's chat template adds to a prompt beyond the practice "
         "server's plain one (calibrate fits it; may be negative)",
-        scope=SERVER, low=-10_000, high=10_000,
+        scope=SERVER, low=-10_000, high=10_000, twin=True,
     )  # fmt: skip
     cache_mode: str = setting(
         "blocks", "how a replica reuses earlier prompts: blocks (hashed blocks any request may reuse: "
@@ -140,18 +177,18 @@ class Settings:
     seats: int | None = setting(
         None, "requests a replica runs at once (llama.cpp -np, vLLM --max-num-seqs); the rest wait "
         "for a seat, and each seat has --context-tokens / seats of context; `none`: no limit",
-        low=1, words={"none": None}, column="seats",
+        low=1, high=MAX_SEATS, words={"none": None}, column="seats",
     )  # fmt: skip
     batch_tokens: int | None = setting(
         None, "prompt tokens prefilled in one batch (llama.cpp -b): a prompt's first token comes when "
         "the batch holding its last token is done, and that batch is filled with the prompts waiting "
         "behind it; `none`: each prompt's first token comes when its own prefill ends",
-        low=1, words={"none": None}, column="batch tokens",
+        low=1, high=MAX_TOKENS, words={"none": None}, column="batch tokens",
     )  # fmt: skip
     batch_slowdown: float = setting(
         0.0, "with --batch-tokens: how much longer a batch holding parts of several prompts takes than "
         "its parts alone (0.15: 15% longer; 0: as long); calibrate measures it from prompts sent at once",
-        low=-0.5, high=2.0, column="batch slowdown",
+        low=-0.5, high=2.0, column="batch slowdown", twin=True,
     )  # fmt: skip
     cache_blocks: int = setting(
         4096, "prefix-cache capacity per replica, in blocks (least recently used evicted); `unlimited`",
@@ -159,26 +196,27 @@ class Settings:
     )  # fmt: skip
     block_tokens: int = setting(
         BLOCK_TOKENS, "tokens per cache block (only full blocks are cached; Mooncake's traces use 512)",
-        low=1, column="block tokens",
+        low=1, high=MAX_TOKENS, column="block tokens",
     )  # fmt: skip
     context_tokens: int = setting(
         131_072, "largest prompt + reply, tokens (with --seats: split evenly between the seats)",
-        scope=SERVER, low=1,
+        scope=SERVER, low=1, high=MAX_TOKENS,
     )  # fmt: skip
     max_body_bytes: int = setting(
-        8 * 1024 * 1024, "largest request body, bytes (a larger one gets 413)", scope=SERVER, low=1
-    )
+        8 * 1024 * 1024, "largest request body, bytes (a larger one gets 413)",
+        scope=SERVER, low=1, high=2**30,
+    )  # fmt: skip
     idle_timeout_s: int = setting(
         5, "seconds before a connection with no request under way is closed",
-        scope=SERVER, flag="--idle-timeout", low=1,
+        scope=SERVER, flag="--idle-timeout", low=1, high=3600,
     )  # fmt: skip
     request_timeout_s: float = setting(
         10.0, "seconds a request's headers, then its body, may take to arrive (a late body gets 408)",
-        scope=SERVER, flag="--request-timeout", low=0, low_open=True,
+        scope=SERVER, flag="--request-timeout", low=0, low_open=True, high=3600,
     )  # fmt: skip
     default_max_tokens: int = setting(
         16, "reply length when a request sets neither max_tokens nor max_completion_tokens",
-        scope=SERVER, low=1,
+        scope=SERVER, low=1, high=MAX_TOKENS,
     )  # fmt: skip
     replicas: int = setting(
         1, "copies behind one address, each with its own cache and prefill lane",
@@ -187,7 +225,8 @@ class Settings:
     route: str = setting(
         "affinity",
         "how a request picks a replica: random, round-robin, affinity (by x-session-affinity, user "
-        "or a trace's session_id; else random), prefix (cache-aware)",
+        "or a trace's session_id; else random), prefix (cache-aware), sglang-cache-aware (SGLang's "
+        "router's rule)",
         choices=ROUTES, column="route",
     )  # fmt: skip
     route_prefill_weight: float = setting(
@@ -235,6 +274,9 @@ class Settings:
             )
         if self.cache_mode == "seat-prefix" and self.seats is None:
             raise ValueError("--cache-mode seat-prefix keeps a prompt per seat: give --seats too")
+        message = too_slow(self)
+        if message:
+            raise ValueError(message)
 
     @property
     def timing(self) -> TimingModel:
@@ -250,6 +292,21 @@ class Settings:
             tile_tokens=self.tile_tokens,
             untiled_ns=self.untiled_ns,
         )
+
+
+NAME_UNITS = {
+    "_ms": "ms", "_us": "µs", "_ns": "ns", "_s": "s", "_tps": "tokens/s",
+    "_tokens": "tokens", "_bytes": "bytes", "_blocks": "blocks",
+}  # fmt: skip
+"""A setting's unit, read from the ending of its name (the kit's rule: `overhead_ms`, `prefill_tps`)."""
+
+
+def unit_of(f: dataclasses.Field) -> str:
+    """What a value of this setting counts: its declared unit, else its name's ending (`NAME_UNITS`),
+    else nothing (a share, a count, a word)."""
+    if f.metadata["unit"] is not None:
+        return f.metadata["unit"]
+    return next((u for end, u in NAME_UNITS.items() if f.name.endswith(end)), "")
 
 
 def flag(f: dataclasses.Field) -> str:
@@ -283,6 +340,11 @@ def spell(f: dataclasses.Field, value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def number(bound: float) -> str:
+    """A bound as typed: a whole one in full (16777216, not 1.67772e+07), else as %g."""
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
+
+
 def problem(f: dataclasses.Field, value: Any) -> str | None:
     """What is wrong with `value` for this field, in a sentence naming its flag; None if nothing."""
     m, name = f.metadata, flag(f)
@@ -296,13 +358,53 @@ def problem(f: dataclasses.Field, value: Any) -> str | None:
     if numeric and not math.isfinite(value):
         return f"{name} must be a finite number, not {shown}"
     if m["low"] is not None and (value <= m["low"] if m["low_open"] else value < m["low"]):
-        return f"{name} must be {'above' if m['low_open'] else 'at least'} {m['low']:g}, not {shown}"
+        return f"{name} must be {'above' if m['low_open'] else 'at least'} {number(m['low'])}, not {shown}"
     if m["high"] is not None and value > m["high"]:
-        return f"{name} must be at most {m['high']:g}, not {shown}"
+        return f"{name} must be at most {number(m['high'])}, not {shown}"
     chosen = value if of is tuple else (value,)
     if m["choices"] and (not chosen or set(chosen) - set(m["choices"])):
         among = ", ".join(m["choices"])
         return f"{name} must be {'some' if of is tuple else 'one'} of {among}, not {shown}"
+    return None
+
+
+def term_bounds(s: Settings) -> list[tuple[str, float, float, str]]:
+    """Each term's setting, its value, its bound and the bound's side ("at most", "at least"): the
+    value at which the term takes TERM_SHARE_S on the longest request these settings allow (prompt
+    plus reply filling --context-tokens, C). From timing.py's formula, term by term:
+
+        prefill      C / prefill_tps                      prefill_tps >= C / share
+        attention    attention · u·(c + u/2) <= attention · C²/2        <= 2 share / C²
+        cached floor cached_token_us · c <= cached_token_us · C         <= share / C
+        last piece   untiled · rows·(c + u), rows < tile: <= untiled · (tile - 1) · C
+        decode       R · (1 + slowdown·(seats - 1)) / decode_tps, R <= C  (no seats: one stream)
+        decode ctx   decode_context · R · c, R + c <= C:  <= decode_context · C²/4
+    """
+    c, share = float(s.context_tokens), TERM_SHARE_S
+    streams = 1 + s.decode_slowdown * ((s.seats or 1) - 1)
+    bounds = [
+        ("prefill_tps", s.prefill_tps, c / share, "at least"),
+        ("prefill_attention_ns", s.prefill_attention_ns, 2 * share / c**2 * 1e9, "at most"),
+        ("cached_token_us", s.cached_token_us, share / c * 1e6, "at most"),
+        ("decode_tps", s.decode_tps, c * streams / share, "at least"),
+        ("decode_context_ns", s.decode_context_ns, 4 * share / c**2 * 1e9, "at most"),
+    ]
+    if s.tile_tokens > 1:
+        bounds.append(("untiled_ns", s.untiled_ns, share / ((s.tile_tokens - 1) * c) * 1e9, "at most"))
+    return bounds
+
+
+def too_slow(s: Settings) -> str | None:
+    """The first term that would make the longest request take more than its part of a day, in a
+    sentence naming the setting, its value and its bound here; None if every term keeps within."""
+    for name, value, bound, side in term_bounds(s):
+        if (value < bound) if side == "at least" else (value > bound):
+            f = next(f for f in dataclasses.fields(Settings) if f.name == name)
+            return (
+                f"{flag(f)} {spell(f, value)} would make the longest request (a prompt and reply filling "
+                f"--context-tokens {s.context_tokens}) take more than a day: with that context it must be "
+                f"{side} {bound:.3g}. Give a value a real engine has, or a smaller --context-tokens."
+            )
     return None
 
 

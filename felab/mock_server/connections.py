@@ -42,6 +42,7 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from felab.mock_server.config import Settings
+from felab.mock_server.h2_probe import RefusesHttp2
 from felab.mock_server.intake import ARRIVAL, HANG_UP, HangUp
 from felab.mock_server.waits import clock
 from felab.mock_server.wire import ApiError
@@ -280,7 +281,7 @@ class TimelyHttp(HttpToolsProtocol):
 def timely_http(head_timeout_s: float) -> type[TimelyHttp]:
     """The protocol class for uvicorn's `http=` setting, with this head deadline."""
     attrs: dict[str, Any] = {"head_timeout_s": head_timeout_s}
-    return type("TimelyHttp", (TimelyHttp,), attrs)
+    return type("TimelyHttp", (RefusesHttp2, TimelyHttp), attrs)  # a router's HTTP/2 probe: h2_probe.py
 
 
 def uvicorn_config(app: Any, host: str, port: int, settings: Settings) -> uvicorn.Config:

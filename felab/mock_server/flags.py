@@ -7,6 +7,7 @@ module gives:
     spell(field, value)    the value as a learner would type it (inverse of read)
     problem(field, value)  what is wrong with a value, naming its flag (None: nothing)
     server_options         the click options of `python -m felab.mock_server`
+    twin_help_option       its `--help-twin`: the twin's settings, which `--help` leaves out
     sweep_fields           the settings `felab replay` takes (a comma-separated list sweeps one)
     command_line(s)        the flags that start a practice server with settings `s`
 
@@ -16,6 +17,7 @@ flag's name, default or meaning.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +32,11 @@ Field = dataclasses.Field
 def fields(scope: str | None = None) -> list[Field]:
     """The declared settings, in declaration order; of one scope (MODEL or SERVER) if named."""
     return [f for f in dataclasses.fields(Settings) if scope is None or f.metadata["scope"] == scope]
+
+
+def twin_fields() -> list[Field]:
+    """The settings of a calibrated twin (declared `twin=True`): calibrate writes them, learners don't."""
+    return [f for f in fields() if f.metadata["twin"]]
 
 
 def read(f: Field, text: str) -> Any:
@@ -71,7 +78,10 @@ class SettingType(click.ParamType):
 
 
 def server_options(f: Callable) -> Callable:
-    """Decorate a click command with one option per setting, each defaulting to DEFAULTS'."""
+    """Decorate a click command with one option per setting, each defaulting to DEFAULTS'.
+
+    A twin's setting is a hidden option: click still reads it (from the command line, or from a
+    profile through the default map), but `--help` does not list it; `--help-twin` does."""
     for field in reversed(fields()):
         option = click.option(
             flag(field),
@@ -80,9 +90,53 @@ def server_options(f: Callable) -> Callable:
             default=spell(field, getattr(DEFAULTS, field.name)),  # read back as the field reads it
             show_default=True,
             help=field.metadata["help"],
+            hidden=field.metadata["twin"],
         )
         f = option(f)
     return f
+
+
+TWIN_HELP = (
+    "The settings of a calibrated twin. `felab calibrate` measures them on a real server and writes "
+    "them in a profile (--profile FILE); with each at its default the server is lesson 06's model. "
+    "They are flags too, and a flag given next to a profile wins. How each is measured: "
+    "docs/practice-server.md, 'The formula, term by term'."
+)
+
+
+def show_twin_help(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """`--help-twin`: print the twin's settings as `--help` prints the others, then exit."""
+    if not value or ctx.resilient_parsing:
+        return
+    twin = {f.name for f in twin_fields()}
+    rows = []
+    for p in ctx.command.params:
+        if p.name in twin:
+            shown = copy.copy(p)  # a hidden option has no help record; its visible copy does
+            shown.hidden = False  # type: ignore[attr-defined]
+            record = shown.get_help_record(ctx)
+            if record:
+                rows.append(record)
+    formatter = ctx.make_formatter()
+    formatter.write_usage(ctx.command_path, "[OPTIONS]")
+    formatter.write_paragraph()
+    formatter.write_text(TWIN_HELP)
+    with formatter.section("Twin settings"):
+        formatter.write_dl(rows)
+    click.echo(formatter.getvalue(), nl=False, color=ctx.color)
+    ctx.exit()
+
+
+def twin_help_option(f: Callable) -> Callable:
+    """Decorate a click command with `--help-twin`, which lists the settings `--help` leaves out."""
+    return click.option(
+        "--help-twin",
+        is_flag=True,
+        is_eager=True,
+        expose_value=False,
+        callback=show_twin_help,
+        help="Show the settings of a calibrated twin (set by `felab calibrate` in a profile) and exit.",
+    )(f)
 
 
 def sweep_fields() -> list[Field]:
@@ -116,4 +170,7 @@ def command_line(s: Settings, scope: str | None = None) -> list[str]:
     return out
 
 
-__all__ = ["command_line", "flag", "read", "server_options", "spell", "sweep_fields"]
+__all__ = [
+    "command_line", "flag", "read", "server_options", "spell", "sweep_fields", "twin_fields",
+    "twin_help_option",
+]  # fmt: skip

@@ -34,10 +34,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from felab.mock_server.cache import PrefixCache
+from felab.mock_server.routes_sglang import CacheAware
 from felab.mock_server.seats import Seats
 from felab.mock_server.timing import PrefillLane, TimingModel
 
-ROUTES = ("random", "round-robin", "affinity", "prefix")
+ROUTES = ("random", "round-robin", "affinity", "prefix", "sglang-cache-aware")
 
 TTFT_BUCKETS_S = (
     0.001,
@@ -83,6 +84,8 @@ class ReplicaStats:
     request whose client hung up before its first token has none, so it is not counted."""
     ttft_sum_s: float = 0.0
     ttft_count: int = 0
+    finished: int = 0
+    """Replies over (whole, or cut by a hang-up): `requests - finished` are in flight."""
 
     def admit(self, prompt: int, cached: int) -> None:
         """Count one request as the replica takes it (cached: prompt tokens found in the cache)."""
@@ -92,6 +95,7 @@ class ReplicaStats:
 
     def served(self, ttft_s: float | None, tokens: int) -> None:
         """Its reply is over: count the tokens it got and, if its first token came, that TTFT."""
+        self.finished += 1
         self.generation_tokens += tokens
         if ttft_s is None:
             return
@@ -153,6 +157,7 @@ class Fleet:
         self.replicas = [Replica(i, PrefixCache(*cache)) for i in range(replicas)]
         self.rng = random.Random(f"route/{seed}")
         self.next_replica = itertools.count()
+        self.sglang = CacheAware()  # --route sglang-cache-aware (routes_sglang.py)
 
     def pick(
         self,
@@ -173,6 +178,10 @@ class Fleet:
             return self.replicas[rendezvous(session, n)]
         if self.route == "prefix":
             return self.replicas[self.prefix_choice(prompt_tokens, keys, now, ready)]
+        if self.route == "sglang-cache-aware":
+            loads = [r.stats.requests - r.stats.finished for r in self.replicas]
+            block = self.replicas[0].cache.block_tokens
+            return self.replicas[self.sglang.choose(keys, prompt_tokens, block, loads)]
         return self.replicas[self.rng.randrange(n)]  # random, and affinity without a session value
 
     def prefix_choice(self, prompt_tokens: int, keys: Sequence[int], now: float, ready: float | None) -> int:

@@ -6,6 +6,13 @@ when the block fails or is interrupted (Ctrl+C, or pytest-timeout's signal,
 which raises inside the block). It runs in a process group of its own, which
 is what is stopped; a server the block could not stop (a second interruption
 while it waits) is stopped when Python exits (`atexit`).
+
+SIGTERM (`kill PID`, `timeout`) and SIGHUP (a closed terminal) would end this
+process at once, by default, with no `finally` and no `atexit`: the server,
+in its own session, would live on, an orphan. So while a server runs, they
+end this process as Ctrl+C does, by an exception (`SystemExit` with the
+shell's status for the signal, 143 or 129), and every `finally` runs. Only a
+signal left at its default is taken (under `nohup`, SIGHUP stays ignored).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -84,16 +92,42 @@ def _stop_the_rest() -> None:
         stop(proc, grace_s=2.0)
 
 
+STOPPING = (signal.SIGTERM, signal.SIGHUP)
+"""The signals that stop a command, besides Ctrl+C: `kill PID` and `timeout`; a closed terminal."""
+
+
+def _exit_by(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # the shell's status for "ended by this signal"
+
+
+@contextlib.contextmanager
+def stopped_as_by_ctrl_c() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGHUP raise SystemExit, so `finally` blocks run (those left
+    at their default only; handlers can be set from the main thread alone)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    taken = [sig for sig in STOPPING if signal.getsignal(sig) == signal.SIG_DFL]
+    for sig in taken:
+        signal.signal(sig, _exit_by)
+    try:
+        yield
+    finally:
+        for sig in taken:
+            signal.signal(sig, signal.SIG_DFL)
+
+
 @contextlib.contextmanager
 def practice_server(*flags: str) -> Iterator[str]:
     """Run `python -m felab.mock_server` on a free port; yield its base URL (…/v1)."""
     port = free_port()
     cmd = [sys.executable, "-m", "felab.mock_server", "--port", str(port), *flags]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, start_new_session=True)
-    RUNNING.add(proc)
-    base_url = f"http://127.0.0.1:{port}/v1"
-    try:
-        wait_until_serving(base_url, proc)
-        yield base_url
-    finally:
-        stop(proc)
+    with stopped_as_by_ctrl_c():
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, start_new_session=True)
+        RUNNING.add(proc)
+        base_url = f"http://127.0.0.1:{port}/v1"
+        try:
+            wait_until_serving(base_url, proc)
+            yield base_url
+        finally:
+            stop(proc)

@@ -6,22 +6,34 @@ server and on `felab replay` reads it back as *defaults*: a flag given next to i
 still wins. The file's shape:
 
     [profile]                       # what it is: schema version, engine, model, date, machine, method
-    schema = 1
+    schema = 2
     [settings]                      # the practice server's settings, by their names in config.py
     prefill_tps = 52000.0
     prefill_attention_ns = 31.5
     [fit] [measured] [sources]      # for people: residuals, raw figures, where each figure comes from
+    # end of the felab profile      # the last line: a file without it was cut short
 
 Reading is strict, because a wrong profile would quietly make a wrong twin: a file that
-is not TOML, has no `[profile]` with a schema this kit reads, or names a setting this
-practice server does not have, is refused with one message (`ProfileError`) saying what
-to do. The standard library reads TOML from Python 3.11 (tomllib); 3.10 uses tomli,
-the same code as a package.
+is not TOML, has no `[profile]` with a schema this kit reads, names a setting this
+practice server does not have (the message names its line and the setting it probably
+meant), holds a value out of bounds, or was cut short, is refused with one message
+(`ProfileError`) saying what to do.
+
+A file cut short at the end of a line is still valid TOML, and the settings it lost would
+silently be the practice server's defaults; so a whole profile is recognised by its last
+line, `END_LINE`, which calibrate always writes last (schema 2). A schema-1 profile (before
+that line: the shipped ones and older calibrate runs) is whole when another table follows
+its `[settings]`, as every schema-1 writer wrote one (`[fit]`, `[sources]`).
+
+The standard library reads TOML from Python 3.11 (tomllib); 3.10 uses tomli, the same code
+as a package.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -37,8 +49,13 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-SCHEMA = 1
-"""The profile layout this kit writes and reads. A later kit that changes it writes a larger number."""
+SCHEMA = 2
+"""The profile layout this kit writes and reads. A later kit that changes it writes a larger number.
+2: the file ends with END_LINE. 1: the same tables, without it (still read: see the docstring)."""
+END_LINE = "# end of the felab profile (a copy without this last line was cut short)"
+"""The last line of every profile calibrate writes (schema 2): how a whole one is recognised."""
+END_MARK = "# end of the felab profile"
+"""What the last line must start with (the rest of END_LINE is for people)."""
 
 
 class ProfileError(ValueError):
@@ -47,6 +64,11 @@ class ProfileError(ValueError):
 
 def load(path: Path) -> dict[str, Any]:
     """The whole profile as TOML tables, its `[profile]` schema checked."""
+    return parse(path)[1]
+
+
+def parse(path: Path) -> tuple[str, dict[str, Any]]:
+    """The profile's text, and its TOML tables with the `[profile]` schema checked."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -63,6 +85,11 @@ def load(path: Path) -> dict[str, Any]:
             f"the profile {path} is damaged: it is not valid TOML ({exc}). Calibrate again to write a "
             f"new one, or restore it from where you copied it."
         ) from None
+    except RecursionError:  # tomllib reads nested arrays and tables by recursion
+        raise ProfileError(
+            f"the profile {path} is damaged: it nests arrays or tables too deeply to read, which no "
+            f"profile does. Calibrate again to write a new one, or restore it from where you copied it."
+        ) from None
     about = data.get("profile")
     schema = about.get("schema") if isinstance(about, dict) else None
     if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
@@ -76,23 +103,75 @@ def load(path: Path) -> dict[str, Any]:
             f"schema {SCHEMA}). Update the kit (`git pull`, then `make setup`), or calibrate again with "
             f"this one."
         )
-    return data
+    return text, data
+
+
+def lines(text: str) -> list[str]:
+    return text.splitlines()
+
+
+def line_of(text: str, table: str, key: str) -> int | None:
+    """The line number (from 1) of `key = ...` in `[table]`, or None."""
+    inside = False
+    for number, line in enumerate(lines(text), start=1):
+        head = re.match(r"\s*\[\s*([^\]]+?)\s*\]", line)
+        if head:
+            inside = head.group(1).strip('"') == table
+        elif inside and re.match(rf"\s*\"?{re.escape(key)}\"?\s*=", line):
+            return number
+    return None
+
+
+def unknown_setting(path: Path, text: str, key: str, known: list[str]) -> str:
+    """The message for a setting this server does not have: its line, and the setting it probably
+    meant (a typo, `seat` for `seats`), or where the settings are listed."""
+    line = line_of(text, "settings", key)
+    where = f" (line {line})" if line else ""
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    meant = (
+        f"Did you mean {close[0]}? Fix that line"
+        if close
+        else (
+            "No setting has a name close to it (`python -m felab.mock_server --help` lists them, "
+            "`--cache-blocks` for cache_blocks): fix that line"
+        )
+    )
+    return (
+        f"the profile {path} sets {key}, which this practice server does not have{where}. {meant}, "
+        f"or calibrate again."
+    )
+
+
+def cut_short(path: Path, text: str, data: dict[str, Any]) -> str | None:
+    """Why this profile looks cut short (see the module's docstring), or None if it is whole."""
+    filled = [(n, line) for n, line in enumerate(lines(text), start=1) if line.strip()]
+    last_n, last = filled[-1] if filled else (0, "")
+    schema = data["profile"]["schema"]
+    if schema >= 2:
+        if last.startswith(END_MARK):
+            return None
+        why = f"it ends at line {last_n} (`{last.strip()[:60]}`) without its closing line `{END_MARK}`"
+    else:
+        if list(data)[-1:] != ["settings"]:
+            return None
+        why = f"it ends inside [settings] at line {last_n} (`{last.strip()[:60]}`), with no table after it"
+    return (
+        f"the profile {path} was cut short: {why}, so settings after that line may be missing and would "
+        f"silently be the practice server's defaults. Copy it again whole, or calibrate again."
+    )
 
 
 def read_settings(path: Path) -> dict[str, Any]:
-    """The profile's `[settings]`: setting name -> value, each checked as the server checks a flag."""
-    data = load(path)
+    """The profile's `[settings]`: setting name -> value, each checked as the server checks a flag;
+    then the file checked whole (its last line), so a cut one is never served with defaults."""
+    text, data = parse(path)
     values = data.get("settings")
     if not isinstance(values, dict):
         raise ProfileError(f"the profile {path} is damaged: it has no [settings] table. Calibrate again.")
-    known = {f.name for f in dataclasses.fields(Settings)}
-    unknown = sorted(set(values) - known)
+    known = [f.name for f in dataclasses.fields(Settings)]
+    unknown = [k for k in values if k not in known]  # in the file's order: the first named first
     if unknown:
-        raise ProfileError(
-            f"the profile {path} sets {', '.join(unknown)}, which this practice server does not have. "
-            f"It was probably written by a newer felab: update the kit (`git pull`, then `make setup`), "
-            f"or calibrate again with this one."
-        )
+        raise ProfileError(unknown_setting(path, text, unknown[0], known))
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     values = {k: worded(k, v) for k, v in values.items()}  # TOML has no null: `batch_tokens = "none"`
     try:
@@ -102,6 +181,9 @@ def read_settings(path: Path) -> dict[str, Any]:
             f"the profile {path} holds a value the practice server refuses: {exc}. Fix that line, or "
             f"calibrate again."
         ) from None
+    cut = cut_short(path, text, data)
+    if cut:
+        raise ProfileError(cut)
     return values
 
 

@@ -5,10 +5,14 @@ Every setting's flag is written from its one declaration in config.py (flags.py)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import signal
 import socket
+import threading
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +20,7 @@ import click
 
 from felab.mock_server.config import DEFAULT_PORT, DEFAULTS, HEALTH_NAME, Settings
 from felab.mock_server.faults import HideStreamCuts
-from felab.mock_server.flags import server_options, to_settings
+from felab.mock_server.flags import server_options, to_settings, twin_help_option
 from felab.mock_server.profile import PROFILE_PATH, profile_option, warnings_of
 from felab.mock_server.tokens import TokenizerError, counter_for
 
@@ -78,6 +82,7 @@ def port_in_use(host: str, port: int) -> str:
 @click.option("--port", default=DEFAULT_PORT, show_default=True, help="port to listen on")
 @profile_option()  # --profile FILE: a calibrated twin's settings as these flags' defaults
 @server_options  # one flag per setting, written from its declaration in config.py
+@twin_help_option  # --help-twin: the calibrated twin's settings, which --help leaves out
 def main(host: str, port: int, **values: Any) -> None:
     """The practice server: an OpenAI-compatible server with a prefix cache, offline.
 
@@ -109,7 +114,31 @@ def main(host: str, port: int, **values: Any) -> None:
     )
     config = uvicorn_config(create_app(settings), host, port, settings)  # with connections.py's limits
     logging.getLogger("uvicorn.error").addFilter(HideStreamCuts())  # after Config has set up logging
-    uvicorn.Server(config).run()
+    hung_up_too(uvicorn.Server(config)).run()
+
+
+def hung_up_too(server: Any) -> Any:
+    """The uvicorn server, stopped by SIGHUP (its terminal closed) as by Ctrl+C and SIGTERM: the
+    streams under way end and the port is let go, where SIGHUP's default ends the process at once.
+    (uvicorn catches SIGINT and SIGTERM itself; SIGHUP is taken only where it is at its default, so
+    `nohup make mock` keeps serving.)"""
+    catch = server.capture_signals
+
+    @contextlib.contextmanager
+    def capture_signals() -> Iterator[None]:
+        taken = threading.current_thread() is threading.main_thread()
+        taken = taken and signal.getsignal(signal.SIGHUP) == signal.SIG_DFL
+        if taken:
+            signal.signal(signal.SIGHUP, server.handle_exit)
+        try:
+            with catch():
+                yield
+        finally:
+            if taken:
+                signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+    server.capture_signals = capture_signals
+    return server
 
 
 def banner(host: str, port: int, settings: Settings, profile: Path | None = None) -> list[str]:

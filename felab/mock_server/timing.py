@@ -61,7 +61,9 @@ and 10,400; and a prompt in a lower seat goes first, whenever it came: after ear
 has left the seats in another order, the first prompt sent can get its first token with
 the second (measured on llama-server: 548 and 549 ms). `BatchLane` keeps the batches
 formed (history: nothing joins or leaves a batch under way) and plans the rest the same
-way, again each time a prompt comes or hangs up; with no seats, prompts go in arrival order.
+way, again each time a prompt comes or hangs up (with seats, only the prompts that may start:
+`withdraw` takes out those waiting for a seat, `rejoin` puts each back when it has one);
+with no seats, prompts go in arrival order.
 
 So a booked first token can move *later*, when a prompt arrives before its last batch is
 formed, or takes a lower seat. A batch lasts as long as its parts, each part the time of
@@ -489,6 +491,29 @@ class BatchLane(PrefillLane):
             if after:
                 after(t)
         return [t for t in self.queue if not _same((t.start, t.end), was[id(t)])]
+
+    def withdraw(self, turns: list[BatchedPrefill], now: float) -> None:
+        """Take these prompts out of the lane (none has a token in a batch formed by `now`: they
+        wait for a seat) and plan the rest again from `now`. They keep their tokens and seconds,
+        in no batch, their start unknown (inf), until `rejoin` puts each back."""
+        gone = {id(t) for t in turns}
+        while self.batches and all(t.end <= now for t, _ in self.batches[0].parts):
+            self.batches.popleft()  # history: nothing can move them any more
+        self.queue = deque(t for t in self.queue if id(t) not in gone and t.end > now)  # (over: gone)
+        self._unplan(now)
+        for t in turns:
+            t.batch, t.start, t.left = None, math.inf, t.tokens
+        self.reflow(now)
+
+    def rejoin(self, turn: BatchedPrefill, ready_at: float, rank: float, now: float) -> list[BatchedPrefill]:
+        """Put back a prompt taken out by `withdraw`, ready at `ready_at` (its admission) with this
+        `rank` (its seat), as a newcomer is booked: only the batches from when it is ready are
+        planned again. The prompts that plan placed again (their first tokens may have moved)."""
+        turn.ready_at, turn.rank, turn.left = ready_at, rank, turn.tokens
+        self.top = (max(self.top[0], rank), max(self.top[1], ready_at))
+        self.queue.append(turn)
+        self._plan(now, max(ready_at, now), [turn])
+        return self.replanned
 
     def _after(self, now: float) -> list[Batch]:
         """The batches not formed by `now`: planned (they start at `now` or later)."""

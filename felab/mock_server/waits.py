@@ -32,6 +32,9 @@ EARLY_S = 0.0003
 the rest is checked on each pass of the loop."""
 IDLE_S = 5.0
 """OnTime's thread ends after this long with nothing to wait for (it starts again when needed)."""
+SLACK = 64
+"""How many waiters that left early (woken sooner, or cancelled: a hang-up) OnTime's heap may hold
+beyond as many as it holds live ones, before it sweeps them out."""
 
 
 def wake_up(wake: asyncio.Future[None]) -> None:
@@ -48,10 +51,23 @@ async def sleep_until(deadline: float) -> None:
 
 class OnTime:
     """Wakes each waiter at its deadline: a thread sleeps until just before the earliest one, then
-    the event loop checks the clock on each pass until it has come."""
+    the event loop checks the clock on each pass until it has come.
+
+    A waiter may leave before its deadline: woken sooner (a hang-up ahead moved its first token
+    up: it asks again, for its new time) or cancelled (its own client hung up). A heap cannot take
+    an entry out of its middle, so one that left stays there, dead, until it comes to the top or
+    until the dead outnumber the live by `SLACK`: then one sweep (O(n), paid for by the n/2 that
+    left since the last) rebuilds the heap from the live. So a storm of hang-ups leaves the heap
+    no larger than twice its live waiters and `SLACK`, not every wait ever asked for until its
+    old deadline.
+    """
 
     def __init__(self) -> None:
         self.due: list[tuple[float, int, asyncio.Future[None]]] = []  # the event loop's only
+        self.inside: set[asyncio.Future[None]] = set()
+        """The waiters in `due` not yet counted as left: live ones, and those left but not yet told."""
+        self.dead = 0
+        """Entries of `due` whose waiter left before its deadline (counted, not yet swept)."""
         self.order = itertools.count()  # ties: first come, first woken (futures do not compare)
         self.checking = False
         self.alarm = math.inf  # when the thread must wake the loop; shared, under `changed`
@@ -72,8 +88,28 @@ class OnTime:
             wake.set_result(None)
             return wake
         heapq.heappush(self.due, (deadline, next(self.order), wake))
+        self.inside.add(wake)
+        wake.add_done_callback(self._left)
         self._look()
         return wake
+
+    def _left(self, wake: asyncio.Future[None]) -> None:
+        """A waiter left before its deadline (woken sooner, or cancelled): count it dead, and
+        sweep once the dead outnumber the live by SLACK."""
+        if wake not in self.inside:
+            return  # swept already, or popped at its time
+        self.inside.discard(wake)
+        self.dead += 1
+        if self.dead > len(self.due) - self.dead + SLACK:
+            self._sweep()
+
+    def _sweep(self) -> None:
+        """Rebuild the heap from the waiters still waiting (the alarm may then be early: harmless,
+        the loop looks and sets it again)."""
+        self.due = [entry for entry in self.due if not entry[2].done()]
+        heapq.heapify(self.due)
+        self.inside = {entry[2] for entry in self.due}
+        self.dead = 0
 
     def _look(self) -> None:
         """Check now, unless the loop already checks on each pass (it will see the newcomer)."""
@@ -84,7 +120,13 @@ class OnTime:
         """Wake the waiters whose time has come; then check again next pass, or set the thread's alarm."""
         now = clock()
         while self.due and self.due[0][0] <= now:
-            wake_up(heapq.heappop(self.due)[2])
+            wake = heapq.heappop(self.due)[2]
+            if wake in self.inside:  # live (or left, its count not yet in): it leaves now
+                self.inside.discard(wake)
+                wake.remove_done_callback(self._left)
+            else:  # counted dead: no longer in the heap
+                self.dead -= 1
+            wake_up(wake)
         self.checking = bool(self.due) and self.due[0][0] - now <= EARLY_S
         if self.checking:
             self.loop.call_soon(self._check)  # this close, each pass of the loop checks
@@ -113,8 +155,8 @@ class OnTime:
                     if math.isinf(wait) and not self.changed.wait(IDLE_S):
                         self.thread = None  # nothing to wait for: end (started again when needed)
                         return
-                    if not math.isinf(wait):
-                        self.changed.wait(wait)
+                    if not math.isinf(wait):  # a far deadline in steps: a wait of years overflows
+                        self.changed.wait(min(wait, IDLE_S))  # the lock's timeout, and kills the thread
                 self.alarm = math.inf
             try:
                 self.loop.call_soon_threadsafe(self._look)

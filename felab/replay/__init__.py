@@ -16,7 +16,6 @@ Read it in this order; each file holds one idea:
     agent.py     lesson 06's agent as a trace: one opening, growing history, idle spells
     parallel.py  a sweep's configurations: serially, in --jobs processes, or on a Dask cluster
     command.py   the command line (click), wiring the rest
-    bench.py     make bench's replay phase: the whole trace, timed
 
-See docs/replay.md.
+See docs/replay.md; make bench's replay phase is felab/bench/replay.py.
 """

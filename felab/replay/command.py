@@ -156,13 +156,14 @@ def check_live(ctx: click.Context, name: str | None, base_url: str | None, confi
 
 
 def picture(rows: list[dict[str, Any]], swept: list[Knob]) -> str:
-    """Draw the sweep if it is one; the line that says where the picture is (or why there is none)."""
-    if not swept:
-        return ""
+    """Draw the sweep, or the one configuration; the line that says where the picture is (or why
+    there is none)."""
     if importlib.util.find_spec("matplotlib") is None:
         return f"(no picture: `{from_here('make replay')}` installs what draws it)"
-    from felab.replay.plot import draw, x_knob
+    from felab.replay.plot import draw, draw_one, x_knob
 
+    if not swept:
+        return f"picture: {draw_one(rows[0], results_dir() / 'replay.png')}"
     name = "replay-" + x_knob(swept).flag.removeprefix("--") + ".png"
     return f"picture: {draw(rows, swept, results_dir() / name)}"
 
@@ -274,12 +275,14 @@ def run_configs(
         where = f"on the Dask cluster at {scheduler}" if scheduler else f"in {jobs} processes (--jobs {jobs})"
         click.echo(f"  replaying {path.name}: {len(configs)} configurations {where} ...", err=True)
 
+    finished = []
+
     def tell(event: str, s: Settings) -> None:
-        if len(configs) > 1:
-            click.echo(
-                f"  {'replaying ' + path.name if event == 'start' else 'done'}: {describe(s, swept)}",
-                err=True,
-            )
+        if len(configs) > 1 and event == "start":
+            click.echo(f"  replaying {path.name}: {describe(s, swept)}", err=True)
+        elif len(configs) > 1:
+            finished.append(s)
+            click.echo(f"  done {len(finished)} of {len(configs)}: {describe(s, swept)}", err=True)
 
     sweep = len(configs) > 1  # then each process keeps the parsed trace for its next configuration
     run_one = functools.partial(

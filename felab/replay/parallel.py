@@ -32,6 +32,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import importlib.util
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -68,7 +69,7 @@ def run_all(
 
     Each row is yielded as soon as it and every row before it are done, so a caller can record
     and print them as they come. `tell(event, s)`: "start" as a serial run begins each
-    configuration, "done" as each row of a parallel run is collected (in order).
+    configuration, "done" as each configuration of a parallel run finishes (as they finish).
     """
     say = tell or (lambda event, s: None)
     if scheduler:
@@ -90,14 +91,28 @@ def run_all(
             raise
 
 
+POLL_S = 0.05
+"""How often a parallel sweep looks for configurations that have finished."""
+
+
 def collect(
     futures: Sequence[Any], configs: Sequence[Settings], say: Callable[[str, Settings], None]
 ) -> Iterator:
-    """Each future's result in order (the first failure, a bad line say, stops the sweep)."""
-    for future, s in zip(futures, configs, strict=True):
-        row = future.result()
-        say("done", s)
-        yield row
+    """Each future's result in order (the first failure, a bad line say, stops the sweep), and
+    `say("done", s)` as each configuration finishes, in whatever order they finish: a sweep whose
+    first configuration is its slowest still shows the others ending. Works for the futures of
+    concurrent.futures and of Dask alike (both have `done()` and `result()`)."""
+    told: set[int] = set()
+    for future in futures:
+        while True:
+            for j, other in enumerate(futures):
+                if j not in told and other.done():
+                    told.add(j)
+                    say("done", configs[j])
+            if future.done():
+                break
+            time.sleep(POLL_S)
+        yield future.result()
 
 
 def on_cluster(

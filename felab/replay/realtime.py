@@ -25,6 +25,7 @@ import time
 from array import array
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from felab.connect import client
 from felab.errors import FelabError
@@ -56,7 +57,7 @@ class Sender:
         """One request (`due`: when it should leave, perf_counter; `at_s`: its arrival in the replay)."""
         messages = [{"role": "user", "content": prompt_text(request, self.block)}]
         reply = max(1, request.output_tokens)
-        extra = {"user": request.session} if request.session else {}
+        extra: dict[str, Any] = {"user": request.session} if request.session else {}
         sent = time.perf_counter()
         with self.lock:
             self.lag_s.append(sent - due)  # failed sends too: lateness matters most when overloaded

@@ -1,7 +1,9 @@
 """The replay's rows, for people: two tables with the same rows, one line per configuration.
 
-    what the traffic found   tokens sent and found cached, the hit rate, what it cost
+    what the traffic found   tokens sent and found cached, the hit rate, what the prompt tokens cost
     how long it took         TTFT percentiles, queueing, load per replica, span and wall time
+
+A column in ms shows seconds once a value passes 10,000 ms, and says so in its heading.
 
 (One table with every column would be 170 characters wide.) A configuration is named
 by its replicas, route and cache size, and by any other flag that was swept. `--json`
@@ -16,6 +18,7 @@ from typing import Any
 from tabulate import tabulate
 
 from felab.replay.sweep import KNOBS, Knob
+from felab.tables import alignment
 
 ALWAYS = ("replicas", "route", "cache_blocks")
 
@@ -26,8 +29,8 @@ FOUND = (
     ("cached_tokens", "cached\ntokens", "int"),
     ("hit_pct", "hit\n%", ".1f"),
     ("same_replica_pct", "same replica\nas last turn %", ".1f"),
-    ("cost_list_usd", "$ at list\nprice", ".2f"),
-    ("cost_cached_usd", "$ with cached\nprice", ".2f"),
+    ("cost_list_usd", "$ prompt tokens\nat list price", ".2f"),
+    ("cost_cached_usd", "$ prompt tokens,\ncached price", ".2f"),
 )
 TIMES = (
     ("ttft_p50_ms", "TTFT p50\nms", "int"),
@@ -53,6 +56,15 @@ OPTIONAL = (
 )
 """Columns left out when no row has a value (a real-time replay cannot see queues or replicas)."""
 
+SECONDS_PAST_MS = 10_000
+"""A column in ms shows seconds instead once a value in it passes this (an overloaded fleet's
+TTFT runs to hours: 25,949 s reads better than 25,949,037 ms)."""
+
+
+def in_seconds(rows: Sequence[dict[str, Any]], key: str, header: str) -> bool:
+    """Does this ms column show seconds here (some value past SECONDS_PAST_MS)?"""
+    return header.endswith("\nms") and any((r.get(key) or 0) > SECONDS_PAST_MS for r in rows)
+
 
 def shows(value: Any, key: str) -> bool:
     """Is this worth a column? Any measured value; for `failed`, only a count above 0."""
@@ -77,16 +89,26 @@ def one_table(rows: Sequence[dict[str, Any]], swept: Sequence[Knob], columns: Se
     keep = [c for c in columns if c[0] not in OPTIONAL or any(shows(r.get(c[0]), c[0]) for r in rows)]
     if all(r.get("mode") == "real time" and r.get("replicas") is None for r in rows):
         knobs = []  # a server started elsewhere: its settings are not known here
-    headers = [k.column.replace(" ", "\n", 1) for k in knobs] + [h for _, h, _ in keep]
+    seconds = {key for key, header, _ in keep if in_seconds(rows, key, header)}
+    headers = [k.column.replace(" ", "\n", 1) for k in knobs]
+    headers += [h[: -len("ms")] + "s" if key in seconds else h for key, h, _ in keep]
     body = []
     for r in rows:
         cells: list[Any] = [knob_cell(k, r) for k in knobs]
         for key, _, fmt in keep:
             value = r.get(key)
-            cells.append(round(value) if fmt == "int" and value is not None else value)
+            if value is not None and key in seconds:
+                value = value / 1000
+            elif value is not None and fmt == "int":
+                value = round(value)
+            cells.append(value)
         body.append(cells)
-    floatfmt = ["g"] * len(knobs) + [".0f" if f == "int" else f for _, _, f in keep]
-    return tabulate(body, headers=headers, floatfmt=floatfmt, intfmt=",", missingval="n/a")
+    floatfmt = ["g"] * len(knobs)
+    floatfmt += [",.1f" if key in seconds else ".0f" if fmt == "int" else fmt for key, _, fmt in keep]
+    # Numbers (and a missing one's n/a) to the right: every measured column, and a setting's
+    # column unless its values are words (the route).
+    align = alignment([[cells[i] for cells in body] for i in range(len(knobs))]) + ["right"] * len(keep)
+    return tabulate(body, headers=headers, floatfmt=floatfmt, intfmt=",", missingval="n/a", colalign=align)
 
 
 def tables(rows: Sequence[dict[str, Any]], swept: Sequence[Knob]) -> str:

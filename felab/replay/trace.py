@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from felab.errors import FelabError
-from felab.paths import KIT_ROOT, from_here, learner_folder, results_dir
+from felab.paths import KIT_ROOT, from_here, learner_folder, make_target, results_dir
 
 MOONCAKE = KIT_ROOT / "data" / "traces" / "mooncake-conversation.jsonl.xz"
 """The trace the kit ships: one hour of a chat service (Mooncake, Apache-2.0; data/traces/README.md)."""
@@ -205,13 +205,22 @@ def too_long(path: Path, line: int) -> FelabError:
     )
 
 
+def limit_advice(path: Path, before: int) -> str:
+    """How to replay the requests before a bad line, in the command the learner typed: a flag for
+    `python -m felab replay`, an ARGS word for `make replay`."""
+    requests = f"{before:,} request{'s' if before > 1 else ''}"
+    if make_target() == "replay":  # flags go in ARGS
+        command = f'{from_here("make replay")} TRACE={shown(path)} ARGS="--limit {before}"'
+        return (
+            f"To replay the {requests} before it, add --limit {before} to ARGS: `{command}` "
+            f"(with your other ARGS)."
+        )
+    return f"To replay the {requests} before it, add `--limit {before}`."
+
+
 def bad_line(path: Path, line: int, what: str, before: int) -> FelabError:
     """One bad line: say which, what is wrong, and how to replay the requests before it."""
-    advice = (
-        f"To replay the {before:,} request{'s' if before > 1 else ''} before it, add `--limit {before}`."
-        if before
-        else "Fix that line and run again."
-    )
+    advice = limit_advice(path, before) if before else "Fix that line and run again."
     return FelabError(f"{path} line {line}: {what}. {advice}")
 
 

@@ -44,7 +44,12 @@ if [[ -z "$SERVER" ]]; then
   elif [[ -x "$KIT_ROOT/.tools/bin/llama-server" ]]; then SERVER="$KIT_ROOT/.tools/bin/llama-server"
   fi
 fi
-if [[ -z "$SERVER" || ! -x "$SERVER" ]]; then
+if [[ ( -z "$SERVER" || ! -x "$SERVER" ) && "$DRY_RUN" == 1 ]]; then
+  # --dry-run only shows the command: without the binary it shows the one it would run once
+  # llama-server is installed (on PATH), and says so.
+  echo "(llama-server is not installed yet: this is the command once it is on PATH)" >&2
+  SERVER="llama-server"
+elif [[ -z "$SERVER" || ! -x "$SERVER" ]]; then
   missing_engine <<EOF
 llama-server was not found${LLAMA_SERVER:+ at LLAMA_SERVER=$LLAMA_SERVER}. Get it one of these ways:
   macOS or Linux with Homebrew:   brew install llama.cpp
@@ -72,7 +77,7 @@ fi
 # unified KV cache only when -np is automatic; say --no-kv-unified out loud where the
 # build knows the flag, so every seat really holds CTX / PARALLEL tokens.
 SEAT_ARGS=(-c "$CTX" -np "$PARALLEL")
-HELP="$("$SERVER" --help 2>&1 || true)"
+HELP="$("$SERVER" --help 2>&1 || true)"   # no binary (a dry run): no such flag is added
 if [[ "$HELP" == *--no-kv-unified* ]]; then
   SEAT_ARGS+=(--no-kv-unified)
 fi

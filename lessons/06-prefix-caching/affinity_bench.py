@@ -54,8 +54,9 @@ from felab import (
     stream_once,
     table,
 )
+from felab.guarded import get_text
 from felab.mock_server.launch import practice_server
-from felab.mock_server.metrics import scrape
+from felab.mock_server.metrics import read_page
 
 # ── The workload: agent sessions whose history grows ─────────────────────────
 
@@ -124,10 +125,11 @@ def summary(label: str, calls: list[dict]) -> dict:
 def server_count(url: str, calls: list[dict]) -> str:
     """The server's own count next to what usage told the client.
 
-    `scrape()` reads the server's /metrics with prometheus_client's parser (as a Prometheus
-    scraper would) and adds each counter up over its replicas; the names are vLLM's.
+    `read_page()` reads the server's /metrics with prometheus_client's parser (as a Prometheus
+    scraper would) and adds each counter up over its replicas; the names are vLLM's. The page is
+    read within the kit's limits (`get_text`: a size cap and a deadline), as every reply is.
     """
-    m = scrape(url)
+    m = read_page(get_text(f"{url.removesuffix('/v1')}/metrics"))
     hits, queries = m["vllm:prefix_cache_hits_total"], m["vllm:prefix_cache_queries_total"]
     cached, prompt = sum(c["cached"] for c in calls), sum(c["prompt"] for c in calls)
     return f"    /metrics: {hits:,.0f} of {queries:,.0f} prompt tokens hit · usage: {cached:,} of {prompt:,}"

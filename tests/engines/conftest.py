@@ -92,7 +92,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.importorskip(
             module, reason=f"{module} not installed (make engines installs the engines extra)"
         )
-    from felab.engines.tiny_model import make_tiny_model
+    from felab.tiny_model.build import make_tiny_model
 
     out = tmp_path_factory.mktemp("tiny-model")
     make_tiny_model(out)

@@ -6,7 +6,7 @@ counts text. Timed, with a wide margin on purpose (a shared 2-core machine jitte
 cold prompt by several times): calibrating takes under 2 minutes (the issue's target, with
 room for a busy machine: under 4), and the twin's median TTFT for cold prompts of 1,400 tokens
 or more lands within 50% of llama.cpp's. The report card's own figures, run on a quiet
-machine, are in docs/practice-server.md.
+machine, are in docs/runs/2026-12-01-calibrate-llamacpp.md.
 """
 
 from __future__ import annotations

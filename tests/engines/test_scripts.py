@@ -366,3 +366,15 @@ def test_mlx_prompt_cache_online_goes_on_to_mlx(tmp_path: Path) -> None:
         assert r.returncode == 0 and "cannot get the model" not in r.stderr, r.stderr
     finally:
         hub.shutdown()
+
+
+def test_llamacpp_dry_run_without_the_binary_shows_the_command(tmp_path: Path) -> None:
+    # A learner checking the command before installing llama.cpp: exit 0 and the command, not 127.
+    lesson = tmp_path / "lessons" / "02-three-local-servers"
+    lesson.mkdir(parents=True)
+    for name in ("serve_llamacpp.sh", "_serve_common.sh"):  # a kit of its own: no .tools/bin here
+        shutil.copy(LESSON02 / name, lesson)
+    r = run_bash(lesson / "serve_llamacpp.sh", "Q4_K_M", "16384", "4", "--dry-run", env=bare_env())
+    assert r.returncode == 0, r.stderr
+    assert "llama-server -hf" in r.stdout and "-c 16384 -np 4" in r.stdout and "--port 8080" in r.stdout
+    assert "not installed yet" in r.stderr

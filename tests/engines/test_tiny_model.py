@@ -62,7 +62,7 @@ def test_the_opening_is_about_3000_tokens(tiny_model: Path) -> None:
 def test_command_line(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from felab.engines.tiny_model import tiny_model_command
+    from felab.tiny_model.build import tiny_model_command
 
     result = CliRunner().invoke(tiny_model_command, [str(tmp_path / "pm"), "--layers", "1"])
     assert result.exit_code == 0, result.output

@@ -1,7 +1,7 @@
 """`make bench`'s calibrate phase: calibrate a server, then check its twin, and print the report card.
 
-    python -m felab.calibrate.bench            # a practice server with known settings; then llama.cpp
-    python -m felab.calibrate.bench --quick    # the same at a tiny size (fewer rounds, short seats)
+    python -m felab.bench.calibrate            # a practice server with known settings; then llama.cpp
+    python -m felab.bench.calibrate --quick    # the same at a tiny size (fewer rounds, short seats)
 
 Two servers, each calibrated and then checked (`felab calibrate`, then `--check`):
 
@@ -9,8 +9,9 @@ Two servers, each calibrated and then checked (`felab calibrate`, then `--check`
    terms nonzero). It is always at hand and its timing is exact, so what the fit gives back,
    printed next to what it was started with, is calibrate's own error on this machine.
 2. The real llama-server the kit builds (`make llama-server`, `.tools/bin/llama-server`) with
-   the tiny model (`make tiny-model`), 4 seats of 8,192 tokens, one thread, as
-   docs/practice-server.md's run: left out, with one line saying so, when either is missing.
+   the tiny model (`make tiny-model`), 4 seats of 8,192 tokens, one thread, as in the runs of
+   docs/runs/2026-12-01-calibrate-llamacpp.md: left out, with one line saying so, when either
+   is missing.
 
 It prints tables; it asserts nothing about timing (a shared machine's noise is what it shows).
 """

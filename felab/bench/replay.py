@@ -1,7 +1,7 @@
 """`make bench`, replay phase: the kit's whole trace in virtual time, timed. A benchmark, not a test.
 
-    python -m felab.replay.bench              # make bench runs it after the fidelity phase
-    python -m felab.replay.bench --limit 300  # every part at a tiny size (tests/test_replay_bench.py)
+    python -m felab.bench.replay              # make bench runs it after the fidelity phase
+    python -m felab.bench.replay --limit 300  # every part at a tiny size (tests/test_replay_bench.py)
 
 Four parts, each with its targets; it prints which it met and never fails a build.
 

@@ -1,6 +1,6 @@
 """The machine's own hiccups: a process that only sleeps, 1 ms at a time, and notes when it woke late.
 
-    python -m felab.mock_server.stalls        # until its standard input closes; then one line
+    python -m felab.bench.stalls        # until its standard input closes; then one line
                                               # per stall: "start end", on time.monotonic()
 
 A virtual machine is now and then paused by its host, and a shared one gives its

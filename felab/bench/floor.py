@@ -1,6 +1,6 @@
 """The floor for `make bench`: a server that does nothing but keep a 50 ms schedule.
 
-    python -m felab.mock_server.floor PORT
+    python -m felab.bench.floor PORT
 
 A raw HTTP/1.1 server on the standard library's asyncio (no uvicorn, no Starlette,
 no parsing of the body, no model): it reads a request's head, notes its arrival,

@@ -16,7 +16,7 @@
 Everything runs on 127.0.0.1 against a practice server it starts itself, and
 is bounded in requests (about 25 s in all).
 
-    python -m felab.mock_server.fidelity        # or: make bench
+    python -m felab.bench.fidelity        # or: make bench
 """
 
 from __future__ import annotations
@@ -286,7 +286,7 @@ def machine_stalls() -> Iterator[list[tuple[float, float]]]:
     """The stalls of the machine while the block runs, seen by a process that only sleeps
     (stalls.py); the list is filled when the block ends."""
     watcher = subprocess.Popen(
-        [sys.executable, "-m", "felab.mock_server.stalls"],
+        [sys.executable, "-m", "felab.bench.stalls"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -303,7 +303,7 @@ def measure_floor(blocks: int, one: int, per_stream: int, streams: int = 64) -> 
     """The practice server (a 50 ms model) and the floor, side by side, in alternating blocks."""
     with (
         server_process("felab.mock_server", *FIFTY_MS_MODEL) as (practice, _),
-        server_process("felab.mock_server.floor") as (floor, _),
+        server_process("felab.bench.floor") as (floor, _),
     ):
         click.echo(f"\nthe floor: a 50 ms schedule, {blocks} alternating blocks of each ...", err=True)
         urls = {"practice": practice, "floor": floor}

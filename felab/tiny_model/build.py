@@ -8,7 +8,7 @@ real shape: a byte-level BPE tokenizer (so ~3,000 tokens of English is ~3,000
 tokens), a chat template, and enough layers that prefilling the lesson 06 opening
 takes a measurable time on a laptop CPU while each decoded token stays cheap.
 
-    felab tiny-model .tools/tiny-model       # or: python -m felab.engines.tiny_model DIR
+    felab tiny-model .tools/tiny-model       # or: python -m felab.tiny_model DIR
 
 writes, from one seed, the same weights twice:
 

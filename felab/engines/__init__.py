@@ -1,1 +1,0 @@
-"""Real engines, offline: the tiny model the kit writes for llama.cpp and MLX."""

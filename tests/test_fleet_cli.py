@@ -1,0 +1,180 @@
+"""`make fleet` (`python -m felab fleet`): the kit's own fleet started and stopped for real, every
+way a learner stops it, with no process left behind (checked by PID); one message per bad input.
+
+The real routers are in tests/test_fleet_routers.py (marked `routers`, `make test-routers`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import make_command
+from fleet_helpers import all_gone, fleet, free_range, pids, wait_up
+
+from felab.paths import KIT_ROOT
+
+
+def run_fleet(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "felab", "fleet", *args],
+        cwd=KIT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def one_message(done: subprocess.CompletedProcess[str]) -> str:
+    """A bad input's answer: exit status 2, one `error:` paragraph, no traceback."""
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert done.stderr.startswith("error: ") and done.stderr.count("error: ") == 1, done.stderr
+    return done.stderr
+
+
+@pytest.mark.parametrize("n", ["0", "1000"])
+def test_n_out_of_range_is_one_message(n: str) -> None:
+    text = one_message(run_fleet("-n", n, "--router", "sglang"))
+    assert f"N={n} workers" in text and "from 1 to 32" in text
+
+
+def test_n_of_1000_without_a_router_names_the_in_process_limit() -> None:
+    assert "from 1 to 256" in one_message(run_fleet("-n", "1000", "--router", "none"))
+
+
+def test_unknown_router_is_one_message() -> None:
+    text = one_message(run_fleet("--router", "nginx"))
+    assert "no router named `nginx`" in text and "sglang, vllm, none" in text
+
+
+def test_unknown_policy_is_one_message() -> None:
+    text = one_message(run_fleet("--router", "sglang", "--policy", "fastest"))
+    assert "no policy `fastest`" in text and "cache_aware" in text
+
+
+def test_a_taken_port_in_the_range_is_one_message_and_starts_nothing(isolated: Path) -> None:
+    base = free_range(6)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", base + 3))  # a worker's port
+        held.listen()
+        text = one_message(run_fleet("-n", "4", "--router", "sglang", "--port", str(base)))
+    assert f"port {base + 3} on 127.0.0.1 is taken" in text and "--port" not in text
+    assert "make fleet-stop" in text and f"PORT={base + 100}" in text
+    assert not (isolated / "fleet.json").exists()
+
+
+def test_a_missing_router_binary_is_one_message_naming_the_install(tmp_path: Path) -> None:
+    """A Python with the kit but not the routers extra: here, this venv's Python linked from a
+    folder without the router beside it (where the kit looks for it, as pip installs it there)."""
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    (bare / "python").symlink_to(sys.executable)
+    site = [p for p in sys.path if p.endswith("site-packages")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(KIT_ROOT), *site])}
+    done = subprocess.run(
+        [str(bare / "python"), "-m", "felab", "fleet", "--router", "vllm", "--port", str(free_range(6))],
+        cwd=KIT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    text = one_message(done)
+    assert "the router `vllm-router` is not installed" in text
+    assert "install vllm-router" in text and "ROUTER=none" in text
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGHUP", "fleet stop"])
+def test_the_fleet_stops_every_process_it_started(how: str, isolated: Path) -> None:
+    base = free_range(3)
+    proc = fleet("-n", "3", "--router", "none", "--port", str(base))
+    try:
+        shown = wait_up(proc)
+        assert f"http://127.0.0.1:{base}/v1" in shown
+        listed = pids(isolated)
+        assert proc.pid in listed and len(listed) == 2  # the watcher and the one server
+        models = httpx.get(f"http://127.0.0.1:{base}/v1/models", timeout=10).json()
+        assert models["data"][0]["id"] == "felab-practice"
+        if how == "fleet stop":
+            done = run_fleet("stop")
+            assert done.returncode == 0 and "fleet stopped" in done.stdout, done.stdout + done.stderr
+        else:
+            os.kill(proc.pid, getattr(signal, how))
+        assert proc.wait(timeout=30) == 0
+        assert all_gone(listed) == []
+        assert not (isolated / "fleet.json").exists()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_stop_without_a_fleet_says_so() -> None:
+    done = run_fleet("stop")
+    assert done.returncode == 0 and "no fleet is running here" in done.stdout
+
+
+def test_stats_without_a_fleet_is_one_message() -> None:
+    assert "Start one first" in one_message(run_fleet("stats"))
+
+
+def test_stats_reads_each_replica_of_the_kit_fleet(isolated: Path) -> None:
+    base = free_range(3)
+    proc = fleet("-n", "2", "--router", "none", "--policy", "round_robin", "--port", str(base))
+    try:
+        wait_up(proc)
+        body = {
+            "model": "felab-practice",
+            "messages": [{"role": "user", "content": "hi " * 300}],
+            "max_tokens": 1,
+        }
+        for _ in range(4):
+            httpx.post(
+                f"http://127.0.0.1:{base}/v1/chat/completions", json=body, timeout=30
+            ).raise_for_status()
+        done = run_fleet("stats")
+        assert done.returncode == 0, done.stderr
+        rows = {line.split()[0] + line.split()[1]: line.split() for line in done.stdout.splitlines()[2:4]}
+        assert rows["replica0"][2] == "2" and rows["replica1"][2] == "2"  # round-robin: 2 each
+        assert "load max/mean over 2 workers: 1.00" in done.stdout
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+def test_check_with_a_router_the_kit_does_not_model_is_one_message() -> None:
+    text = one_message(run_fleet("check", "--router", "vllm"))
+    assert "no modelled route for --router vllm" in text and "--router sglang" in text
+
+
+def test_check_with_an_unknown_workload_is_one_message() -> None:
+    assert "--workload is lesson or trace" in one_message(run_fleet("check", "--workload", "chat"))
+
+
+def test_the_routers_extra_failing_to_install_says_what_to_do_offline(tmp_path: Path) -> None:
+    """The Makefile's rule for the extra, with a Python whose pip fails as it does offline."""
+    venv, stamp = tmp_path / "venv", tmp_path / "stamp"
+    venv.mkdir()
+    stamp.touch()
+    offline = tmp_path / "python"
+    offline.write_text(
+        "#!/bin/sh\necho 'ERROR: No matching distribution found for sglang-router' >&2\nexit 1\n"
+    )
+    offline.chmod(0o755)
+    argv, env = make_command(KIT_ROOT, "-s", f"{venv}/.installed-routers")
+    # The stand-ins of make_command, then this test's own (on make's command line the last wins).
+    argv += [f"VENV={venv}", f"PY={offline}", f"STAMP={stamp}"]
+    done = subprocess.run(argv, cwd=KIT_ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "could not install the routers extra (sglang-router, vllm-router) from PyPI" in done.stderr
+    assert "pip download sglang-router vllm-router -d wheels" in done.stderr
+    assert "make fleet ROUTER=none" in done.stderr
+    assert not (venv / ".installed-routers").exists()
