@@ -16,11 +16,11 @@ from felab.paths import KIT_ROOT
 
 PACKAGE = KIT_ROOT / "felab"
 
-EDGE = {"ClickException", "BadParameter", "UsageError", "ProfileError", "fail", "stop"}
+EDGE = {"ClickException", "BadParameter", "UsageError", "ProfileError", "TokenizerError", "fail", "stop"}
 """Besides every `FelabError` subclass (`felab_errors()`, found in the code), what takes a
 learner-facing message as its first argument: click's exceptions the command line prints,
-errors.fail (prints one), the Fireworks budget's stop (a Stop's message), and ProfileError (a
-timing profile the practice server refuses)."""
+errors.fail (prints one), the Fireworks budget's stop (a Stop's message), ProfileError (a
+timing profile the practice server refuses) and TokenizerError (a --tokenizer it cannot read)."""
 
 
 WORDS = 4

@@ -367,6 +367,13 @@ def test_calibrating_a_practice_server_over_http_writes_a_profile_it_reads(
     assert "host_cache_tokens" not in got
     assert isinstance(whole["measured"]["reference_tokens"], int)
     assert {"machine", "date", "method", "model"} <= set(whole["profile"])
+    # How it counts tokens (counting.py): no tokenizer file named here (the practice server's model
+    # id is no path), so characters fitted on varied text, its error by kind on held-out text: 4
+    # characters a token on every kind, as the practice server counts.
+    assert "tokenizer" not in got and "fitted on varied text" in whole["measured"]["token_count"]
+    assert set(whole["measured"]["token_count_error_pct"]) == {"prose", "code", "numbers", "script"}
+    assert all(abs(e) < 1 for e in whole["measured"]["token_count_error_pct"].values())
+    assert "tokens: counted from characters, 4.00 a token" in out.stdout
 
 
 # ── one clear message for each server calibrate cannot measure ───────────────

@@ -78,6 +78,13 @@ def test_a_miss_where_the_prompts_ended_on_the_tooth_on_one_server_only_is_named
     assert note is not None
     assert "cold, ~2,560 tokens: 7 of 10 on the real server, 0 on the twin" in note
     assert "fewer than 64 tokens" in note and "multiple of 512" in note
+    assert "The twin counts tokens from characters" in note
+    # A twin with the engine's tokenizer counts as the engine does: the note names its template instead.
+    with_tokenizer = card.pieces_note(
+        card.pooled(real), card.pooled(twin), rows, {**PIECES, "tokenizer": "/models/tiny.gguf"}
+    )
+    assert with_tokenizer is not None and "from characters" not in with_tokenizer
+    assert "its chat template is not the engine's" in with_tokenizer
     # No such term in the profile, or the same count on both: nothing to say.
     assert card.pieces_note(card.pooled(real), card.pooled(twin), rows, {}) is None
     assert card.pieces_note(card.pooled(real), card.pooled(real), rows, PIECES) is None

@@ -94,7 +94,7 @@ def test_a_sweep_refuses_an_empty_item_instead_of_dropping_it() -> None:
 TWIN = {
     "prefill_attention_ns", "decode_slowdown", "cached_token_us", "decode_context_ns", "ubatch_tokens",
     "tile_tokens", "untiled_ns", "chars_per_token", "batch_slowdown", "host_cache_tokens",
-    "host_restore_us",
+    "host_restore_us", "tokenizer", "template_tokens",
 }  # fmt: skip
 """The settings only `felab calibrate` writes: no lesson, lab page or README types them."""
 
@@ -125,6 +125,7 @@ TWIN_VALUES = Settings(
     prefill_attention_ns=35.3, decode_slowdown=0.477, cached_token_us=2.5, decode_context_ns=623.0,
     ubatch_tokens=512, tile_tokens=64, untiled_ns=560.0, chars_per_token=3.87, batch_tokens=2048,
     batch_slowdown=0.05, cache_mode="seat-prefix", seats=4, host_cache_tokens=32768, host_restore_us=0.3,
+    tokenizer="/models/tiny-model.gguf", template_tokens=-7,
 )  # fmt: skip
 """A llama.cpp twin's terms (docs/runs/2026-12-01-calibrate-llamacpp-tiny-final.toml's, with the rows,
 and llama-server's host-memory cache)."""
@@ -160,13 +161,15 @@ def test_each_twin_setting_still_works_in_a_profile(tmp_path: Path) -> None:
 def test_a_practice_server_started_with_the_twins_flags_books_by_them() -> None:
     # One cold prompt of 4,050 characters: 1,047 tokens at --chars-per-token 3.87, 23
     # past 1,024, a last piece of few rows, so the attention and the rows terms both count.
+    # Counted from characters here (the tokenizer's own count: tests/test_tokens.py).
+    twin = dataclasses.replace(TWIN_VALUES, tokenizer=None, template_tokens=0)
     body = {"model": DEFAULTS.model, "prompt": "A fresh opening, not seen. " * 150, "max_tokens": 1}
-    with practice_server(*command_line(TWIN_VALUES)) as base:
+    with practice_server(*command_line(twin)) as base:
         reply = httpx.post(f"{base}/completions", json=body, timeout=30)
     tokens = reply.json()["usage"]["prompt_tokens"]
-    assert tokens == 1047 and TWIN_VALUES.timing.untiled_rows(tokens) == 23
-    assert reply.headers["x-felab-predicted-ttft-ms"] == f"{TWIN_VALUES.timing.alone_ms(tokens):.3f}"
-    untwinned = dataclasses.replace(TWIN_VALUES, **{f.name: getattr(DEFAULTS, f.name) for f in twin_fields()})
+    assert tokens == 1047 and twin.timing.untiled_rows(tokens) == 23
+    assert reply.headers["x-felab-predicted-ttft-ms"] == f"{twin.timing.alone_ms(tokens):.3f}"
+    untwinned = dataclasses.replace(twin, **{f.name: getattr(DEFAULTS, f.name) for f in twin_fields()})
     attention_ms, rows_ms = 35.3e-6 * 1047 * 1047 / 2, 560e-6 * 23 * 1047  # 19.3 and 13.5 ms, by hand
-    twin_ms = TWIN_VALUES.timing.alone_ms(tokens) - untwinned.timing.alone_ms(tokens)
+    twin_ms = twin.timing.alone_ms(tokens) - untwinned.timing.alone_ms(tokens)
     assert twin_ms == pytest.approx(attention_ms + rows_ms)

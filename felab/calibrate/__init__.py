@@ -2,9 +2,11 @@
 
 Read in this order:
 
-    prompts.py   the probe text: prompts of a chosen size that share nothing, or share an opening
+    prompts.py   the probe text: prompts of a chosen size that share nothing, or share an opening;
+                 varied text (prose, code, numbers, another script), calibrate's or held out
     probes.py    the measurements, each a few streamed requests (stream_once), bounded and counted;
                  a reply with no text counted and sent again
+    counting.py  how the engine counts tokens: its tokenizer file, or characters fitted on varied text
     figures.py   each reply's figures checked as they arrive: the first lie stops calibrate
     fit.py       least squares, closed form: the timing terms from the measurements
     evidence.py  how far the fit can be trusted: a busy machine, values no engine has, a fit that misses

@@ -2,10 +2,12 @@
 
 Held out means none of it was used to fit: other prompt lengths, an opening with
 questions after it (the lesson's stable-first) and the question before it
-(time-first, nothing to reuse), 4 cold prompts at once. The same prompts, in the
-same order (one seed), go to both servers, in rounds that alternate between them
-(a round of every kind of work on the real server, the same round on the twin,
-the next round...): a shared machine's speed drifts by the minute, and
+(time-first, nothing to reuse), 4 cold prompts at once; and other text (HELD_OUT: prose
+of another subject, another programming language, other numbers, another script), so a
+token count fitted on calibrate's own text is tried on text it never saw (`count_note`).
+The same prompts, in the same order (one seed), go to both servers, in rounds that
+alternate between them (a round of every kind of work on the real server, the same round
+on the twin, the next round...): a shared machine's speed drifts by the minute, and
 alternating puts both servers under the same drift, so the medians compare like
 with like. Then each kind of work is compared:
 
@@ -99,16 +101,67 @@ def one_round(p: Prober, biggest: int, out: dict[str, list[Sample]]) -> None:
     # prompts come back to back, so the first timed prompt should not pay it either.
     p.call(prompts.fresh(200, p.rng))
     for tokens in lengths(biggest):
-        add(COLD.format(tokens), [p.call(prompts.fresh(p.tokens_to_chars(tokens), p.rng))])
+        add(COLD.format(tokens), [p.call(prompts.fresh(p.tokens_to_chars(tokens), p.rng, HELD_OUT))])
     opening_tokens = int(biggest * 0.45)
-    text = prompts.opening(p.tokens_to_chars(opening_tokens), p.rng)
+    text = prompts.opening(p.tokens_to_chars(opening_tokens), p.rng, HELD_OUT)
     asked = [prompts.with_question(text, q) for q in prompts.QUESTIONS[: QUESTIONS_PER_OPENING + 1]]
     add(OPENING_FIRST_1, [p.call(asked[0], keep_opening=True)])
     add(OPENING_FIRST_REST, [p.call(m, TPOT_TOKENS, keep_opening=True) for m in asked[1:]])
-    text = prompts.opening(p.tokens_to_chars(opening_tokens), p.rng)
+    text = prompts.opening(p.tokens_to_chars(opening_tokens), p.rng, HELD_OUT)
     questions = p.rng.sample(prompts.QUESTIONS, QUESTION_FIRST_PER_ROUND)
     add(QUESTION_FIRST, [p.call(prompts.with_question(text, q, first=False)) for q in questions])
-    add(TOGETHER, p.together([prompts.fresh(p.tokens_to_chars(opening_tokens), p.rng) for _ in range(4)]))
+    together = [prompts.fresh(p.tokens_to_chars(opening_tokens), p.rng, HELD_OUT) for _ in range(4)]
+    add(TOGETHER, p.together(together))
+
+
+HELD_OUT = True
+"""The held-out work's text is unlike calibrate's own (`prompts.mixed`: another subject, another
+programming language, other numbers, another script), so a token count fitted on calibrate's
+text is tried on text it never saw: a check on calibrate's prose could not see a count that is
+right only for it."""
+SIZING_CHARS = 3000
+"""One untimed prompt of held-out text, sent first to the real server: its reported tokens say
+how many characters a token that text runs at here, so the work's prompts have their lengths."""
+SIZING_TRIES = 2
+"""It is sent again once if it fails in passing (PASSING), as a round would be left out."""
+
+
+def sizing(p: Prober, seed: int) -> float:
+    """Characters a token of the held-out text on the real server (one untimed request), for both
+    servers' probers: the same prompts must go to both, and fit the real server's seats."""
+    rng = random.Random(seed ^ 0x512E)
+    for tries_left in reversed(range(SIZING_TRIES)):
+        try:
+            sample = p.call(prompts.fresh(SIZING_CHARS, rng, HELD_OUT))
+        except FelabError as exc:
+            if tries_left and isinstance(exc.__cause__, PASSING):
+                continue  # failed in passing: once more, with new text
+            raise
+        return sample.chars / max(1, sample.prompt_tokens)
+    raise AssertionError("unreachable: the last try returns or raises")  # pragma: no cover
+
+
+def count_note(real: dict[str, list[Sample]], twin: dict[str, list[Sample]], stated: Any) -> str | None:
+    """How far the twin's count of the held-out prompts is from the real server's: the cold prompts'
+    `usage.prompt_tokens`, pair by pair (the same prompts went to both), with what the profile
+    says of its own count (`[measured] token_count`)."""
+    pairs = [
+        (t.prompt_tokens, r.prompt_tokens)
+        for kind in real
+        if kind.startswith("cold")
+        for r, t in zip(real[kind], twin.get(kind, []), strict=False)
+        if not r.retried and r.prompt_tokens
+    ]
+    if not pairs:
+        return None
+    off = sorted(relative(t, r) for t, r in pairs)
+    mid = percentile(off, 50) or 0.0
+    how = f" (the profile counts with {stated})" if isinstance(stated, str) and stated else ""
+    return (
+        f"prompt tokens of the held-out text, the twin's count against the real server's: "
+        f"{mid:+.1%} (median of {len(off)} cold prompts; {off[0]:+.1%} to {off[-1]:+.1%})"
+        f"{how}. A twin that counts fewer tokens prefills less, and its TTFT is short by as much."
+    )
 
 
 def describe(biggest: int) -> str:
@@ -300,9 +353,10 @@ def pieces_note(
 ) -> str | None:
     """Where a kind missed and the prompts that ended in a last piece of few rows (the profile's
     `tile_tokens`) on one server outnumber those on the other by a fifth of its prompts or more,
-    say how many on each: the twin counts tokens from characters, and the same text is a few
-    tokens more or fewer to the engine's tokenizer, which decides which side of a multiple of
-    `ubatch_tokens` a prompt ends on."""
+    say how many on each: a twin that counts tokens from characters counts the same text a few
+    tokens more or fewer than the engine's tokenizer (and one with the tokenizer finds a few tokens
+    of a prompt's start cached where the engine does not), which decides which side of a multiple
+    of `ubatch_tokens` a prompt ends on."""
     from felab.mock_server.profile import timing_of
 
     timing = timing_of(settings)
@@ -327,12 +381,17 @@ def pieces_note(
         if timing.ubatch_tokens
         else f"whether a prompt has fewer than {timing.tile_tokens} new tokens"
     )
+    why = (
+        "The twin counts tokens with the engine's tokenizer, but its chat template is not the "
+        "engine's: the few tokens of a prompt's start that the server finds cached differ"
+        if settings.get("tokenizer")
+        else "The twin counts tokens from characters; the real server's tokenizer counts the same "
+        "text a few tokens differently"
+    )
     return (
         f"Prompts that ended in a last piece of fewer than {timing.tile_tokens} tokens (read a token at "
-        f"a time, each a pass over the context): {'; '.join(found)}. The twin counts tokens from "
-        f"characters; the real server's tokenizer counts the same text a few tokens differently, and "
-        f"that decides {where}. The twin cannot tell: a median over prompts that "
-        f"landed mostly on one side is that side's."
+        f"a time, each a pass over the context): {'; '.join(found)}. {why}, and that decides {where}. "
+        f"The twin cannot tell: a median over prompts that landed mostly on one side is that side's."
     )
 
 

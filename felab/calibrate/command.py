@@ -23,7 +23,7 @@ import click
 from tabulate import tabulate
 
 from felab.calibrate import check as card
-from felab.calibrate import evidence
+from felab.calibrate import counting, evidence
 from felab.calibrate import profile as prof
 from felab.calibrate.plan import make_plan, measure
 from felab.calibrate.probes import BIGGEST, DECODE_MAX_TOKENS, Prober, ServerFacts, delivery_ms, server_facts
@@ -93,15 +93,20 @@ def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) ->
     """Measure, fit, check the fit's evidence, write the profile, print what it found."""
     facts = server_facts(target)
     plan = make_plan(facts, max_requests)
-    announce(target, facts, plan.announced(), plan.prompt_tokens(), yes, spare=plan.spare())
-    prober = Prober(target, client(target, timeout=120.0), plan.announced(), say, seed=fresh_seed())
+    requests = plan.announced() + counting.REQUESTS
+    announce(target, facts, requests, plan.prompt_tokens() + counting.PROMPT_TOKENS, yes, spare=plan.spare())
+    prober = Prober(target, client(target, timeout=120.0), requests, say, seed=fresh_seed())
     m = measure(prober, plan, facts)
+    say(f"  and how it counts tokens: {counting.REQUESTS} texts of prose, code, numbers, another script")
+    counted = counting.find(prober, target)
     seconds = prober.elapsed_s()
     load = evidence.load_average()
     say("  and the practice server's own delivery time here (a throw-away one, not the target)")
     profile = prof.build(
         m, target, plan, seconds, prober.used, delivery_ms(), load, prober.empty + prober.ended_at_once
     )
+    profile.settings |= counted.settings  # how the twin counts tokens: the engine's tokenizer, or characters
+    profile.measured |= counted.measured
     refused = evidence.refusals(m, profile.settings)
     if refused:
         raise FelabError(
@@ -125,6 +130,7 @@ def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) ->
         f"Overhead: {f['overhead_fitted_ms']} ms fitted, "
         f"less the practice server's own {f['delivery_subtracted_ms']} ms here (the twin adds it back)."
     )
+    say(counted.line)
     say(f"prefix cache: reused {found['cache_reuse']} ({found['cache_evidence']}).")
     if "host_cache" in found:
         kept = "host_cache_tokens" in profile.settings
@@ -242,6 +248,7 @@ def check(
     biggest = min(BIGGEST, biggest)
     ref_tokens = measured.get("reference_tokens") if isinstance(measured, dict) else None
     need = card.requests(biggest, rounds) + (card.REFERENCE_REPEATS if isinstance(ref_tokens, int) else 0)
+    need += card.SIZING_TRIES  # card.sizing: one untimed prompt of the held-out text, or two
     if need > max_requests:
         raise FelabError(
             f"the check sends {need} requests to the real server; --max-requests is {max_requests}. "
@@ -263,6 +270,12 @@ def check(
         shown = ", ".join(f"{s.ttft_ms:.0f}" for s in now)
         said = "" if ratio is None else f": {ratio:.2f}x the time when the profile was made"
         say(f"the reference prompts first ({ref_tokens:,} tokens, cold): TTFT {shown} ms{said}")
+    real_prober.chars_per_token = card.sizing(real_prober, seed)
+    counted = measured.get("token_count") if isinstance(measured, dict) else None
+    say(
+        f"held-out text (unlike calibrate's): {real_prober.chars_per_token:.2f} characters a token on "
+        f"the real server; the profile counts tokens with {counted or 'characters (an older profile)'}"
+    )
     say(
         f"the real server ({target.name}) and its twin (a practice server with --profile {path.name}), "
         f"{rounds} rounds, taking turns:"
@@ -270,12 +283,9 @@ def check(
     with practice_server("--profile", str(path)) as url:
         twin_target = Target("mock", url, "", NO_KEY, False)
         twin_target = Target("mock", url, served_model(twin_target), NO_KEY, False)
-        done = card.workload(
-            real_prober,
-            Prober(twin_target, client(twin_target), need + spare, say, seed=seed),
-            biggest,
-            rounds,
-        )
+        twin_prober = Prober(twin_target, client(twin_target), need + spare, say, seed=seed)
+        twin_prober.chars_per_token = real_prober.chars_per_token  # the same prompts to both
+        done = card.workload(real_prober, twin_prober, biggest, rounds)
     real, twin = done.real, done.twin
     rows = card.compare(real, twin)
     moved = card.drift(card.pooled(real), settings)
@@ -287,6 +297,9 @@ def check(
         f"{card.TOLERANCE:.0%} (or {card.FLOOR_MS:g} ms) of the real server's."
     )
     say(card.noise_note(rows))
+    tokens_off = card.count_note(card.pooled(real), card.pooled(twin), counted)
+    if tokens_off:
+        say(tokens_off)
     pieces = card.pieces_note(card.pooled(real), card.pooled(twin), rows, settings)
     if pieces:
         say(pieces)

@@ -7,6 +7,7 @@ Read it in this order; each file holds one idea:
     config.py    every setting declared once: default, help, bounds, and its check
     flags.py     the flags written from those declarations (server, replay, real-time replay)
     cache.py     the block-hash prefix cache: PrefixCache.uncached_tokens()
+    tokens.py    how a prompt's tokens are counted: characters, or the engine's tokenizer
     timing.py    the timing model and the prefill lane (first come, first served)
     seats.py     a replica's seats (--seats): who runs, who waits; llama.cpp's per-seat prefix
     host_cache.py  the tier behind the seats: prompts that left them, kept in host memory (--cache-ram)

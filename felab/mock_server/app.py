@@ -40,12 +40,12 @@ from starlette.routing import Route
 
 from felab.mock_server import metrics
 from felab.mock_server.booking import Booking, PracticeModel, Prompt
-from felab.mock_server.cache import prompt_keys
 from felab.mock_server.config import HEALTH_NAME, Settings
 from felab.mock_server.faults import ERRORS, RETRY_AFTER_S, Faults, StreamCut
 from felab.mock_server.intake import HANG_UP, Admission, HangUp, Intake, hang_up
 from felab.mock_server.replies import CHAT, COMPLETION, DONE, Reply, Shape, reply_text
 from felab.mock_server.sse import EventStream, Piece
+from felab.mock_server.tokens import counter_for
 from felab.mock_server.twin import FIELD as TWIN_FIELD
 from felab.mock_server.twin import Twin
 from felab.mock_server.waits import OnTime, clock, sleep_until, wake_up
@@ -246,7 +246,7 @@ def book(
     if req.model != s.model:
         raise unknown_model(req.model)
     refuse(req)
-    tokens, keys = prompt_keys(text, s.chars_per_token, s.block_tokens)  # hashed once, on arrival
+    tokens, keys = counter_for(s).keys(text, s.block_tokens)  # counted and hashed once, on arrival
     words, finish = reply_text(reply_length(req, s, tokens), req.stops())
     fault = draw_fault(state.faults)
     session = request.headers.get("x-session-affinity") or req.user

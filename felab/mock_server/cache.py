@@ -2,7 +2,8 @@
 
 1. Tokenize: the practice server's "tokens" are 4-character pieces of the
    prompt (real tokenizers average about 4 characters a token in English;
-   `--chars-per-token` sets another average, as a calibrated profile does).
+   `--chars-per-token` sets another average, as a calibrated profile does;
+   `--tokenizer` counts with the engine's own tokenizer instead: tokens.py).
 2. Cut the tokens into blocks (64 tokens by default). Only full blocks are cached.
 3. Give each block a key that hashes its parent's key and its own tokens. A
    block's key therefore stands for *everything before it too*: change one

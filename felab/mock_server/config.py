@@ -159,6 +159,16 @@ class Settings:
         4.0, "how the modelled engine counts text: characters per token (about 4 in English)",
         scope=SERVER, low=0.5, high=20, twin=True,
     )  # fmt: skip
+    tokenizer: str | None = setting(
+        None, "count a prompt's tokens with the engine's tokenizer: the model file the server loaded "
+        "(.gguf) or its tokenizer.json (tokens.py); `none`: from characters (--chars-per-token)",
+        scope=SERVER, words={"none": None}, twin=True,
+    )  # fmt: skip
+    template_tokens: int = setting(
+        0, "with --tokenizer: tokens the engine's chat template adds to a prompt beyond the practice "
+        "server's plain one (calibrate fits it; may be negative)",
+        scope=SERVER, low=-10_000, high=10_000, twin=True,
+    )  # fmt: skip
     cache_mode: str = setting(
         "blocks", "how a replica reuses earlier prompts: blocks (hashed blocks any request may reuse: "
         "vLLM, SGLang) or seat-prefix (each seat keeps its last prompt: llama.cpp; needs --seats)",

@@ -249,4 +249,12 @@ UNFLAGGED = "felab.profile.unflagged"
 """ctx.meta key: the profile's settings that have no flag on this command."""
 
 PROFILE_PATH = "felab.profile.path"
-"""ctx.meta key: the profile file given, as typed."""
+"""ctx.meta key: the profile file given, as typed (the server says which twin it is, twin.py, and its
+banner repeats the profile's `[fit] warnings`)."""
+
+
+def warnings_of(path: Path) -> list[str]:
+    """The doubts calibrate wrote into a profile (`[fit] warnings`), to be said wherever it is used."""
+    fitted = load(path).get("fit")
+    found = fitted.get("warnings") if isinstance(fitted, dict) else None
+    return [str(w) for w in found] if isinstance(found, list) else []

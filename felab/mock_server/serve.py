@@ -13,6 +13,7 @@ import socket
 import threading
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import click
@@ -20,7 +21,8 @@ import click
 from felab.mock_server.config import DEFAULT_PORT, DEFAULTS, HEALTH_NAME, Settings
 from felab.mock_server.faults import HideStreamCuts
 from felab.mock_server.flags import server_options, to_settings, twin_help_option
-from felab.mock_server.profile import profile_option
+from felab.mock_server.profile import PROFILE_PATH, profile_option, warnings_of
+from felab.mock_server.tokens import TokenizerError, counter_for
 from felab.mock_server.twin import Twin, from_context, learner_folder, named, reported
 
 D = DEFAULTS
@@ -133,12 +135,15 @@ def main(host: str, port: int, **values: Any) -> None:
 
     settings = to_settings(values)  # a bad flag is named first, whatever holds the port
     twin = from_context(click.get_current_context())  # --profile's twin, or None (twin.py)
+    try:
+        counter_for(settings)  # a tokenizer is read now: a file that is not one stops here
+    except TokenizerError as exc:
+        raise click.ClickException(str(exc)) from None
     if not port_is_free(host, port):
         raise click.ClickException(port_in_use(host, port, twin))
     serving = f"{twin.described()} · " if twin else ""
     print(
-        f"practice server listening on http://{host}:{port}/v1 · {serving}{describe(settings)} · "
-        f"Ctrl+C stops it",
+        "\n".join(banner(host, port, settings, click.get_current_context().meta.get(PROFILE_PATH), serving)),
         flush=True,
     )
     config = uvicorn_config(create_app(settings, twin), host, port, settings)  # with connections.py's limits
@@ -170,6 +175,22 @@ def hung_up_too(server: Any) -> Any:
     return server
 
 
+def banner(
+    host: str, port: int, settings: Settings, profile: Path | None = None, serving: str = ""
+) -> list[str]:
+    """What the server says as it starts: where it listens, which twin it is (`serving`: twin.py)
+    and what it models, then, for a twin, the doubts calibrate wrote into its profile (`[fit]
+    warnings`): numbers from a doubtful fit must not pass for a good one's."""
+    lines = [
+        f"practice server listening on http://{host}:{port}/v1 · {serving}{describe(settings)} · "
+        f"Ctrl+C stops it"
+    ]
+    if profile is not None:
+        said = f"WARNING (from the profile {profile.name}, when it was made)"
+        lines += [f"{said}: {warning}" for warning in warnings_of(profile)]
+    return lines
+
+
 def describe(s: Settings) -> str:
     """The settings a learner should know about, in one line."""
     words = [f"model {s.model}", f"prefill {s.prefill_tps:g} tok/s", f"decode {s.decode_tps:g} tok/s"]
@@ -181,6 +202,8 @@ def describe(s: Settings) -> str:
         words.append(f"{s.seats} seats of {s.context_tokens // s.seats:,} tokens ({s.cache_mode} cache)")
     if s.cache_ttl_s:
         words.append(f"cache TTL {s.cache_ttl_s:g} s")
+    if s.tokenizer is not None or s.chars_per_token != D.chars_per_token:
+        words.append(f"tokens counted with {counter_for(s).name}")
     if s.fail_rate:
         words.append(f"failing {s.fail_rate:.0%} ({', '.join(s.fail_types)}, seed {s.seed})")
     return " · ".join(words)
