@@ -208,7 +208,7 @@ class PracticeModel:
                     self.on_moved(self._readmit(replica, now, everyone=True))  # a later one holds its seat
                 else:
                     self._rehold(moved)
-        replica.active_tokens += prompt.tokens + reply_tokens
+        replica.hold(prompt.tokens + reply_tokens, arrival)
         replica.stats.admit(prompt.tokens, cached)
         return b
 
@@ -227,7 +227,8 @@ class PracticeModel:
         sent = booking.reply_tokens if now is None else booking.tokens_due(now)
         booking.replica.stats.served(booking.ttft_s if sent else None, sent)
         if self.live.pop(booking.rid, None) is not None:
-            booking.replica.active_tokens -= booking.prompt_tokens + booking.reply_tokens
+            released = booking.reply_end if now is None else now
+            booking.replica.hold(-(booking.prompt_tokens + booking.reply_tokens), released)
             self.planned.get(booking.replica.index, {}).pop(booking.rid, None)
             if booking.cached_tokens:
                 self.finders[booking.replica.index] -= 1
