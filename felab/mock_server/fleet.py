@@ -155,7 +155,7 @@ class Weights:
     cache_threshold: float = 0.3
     balance: float = 1.2
     """A replica whose long-run work (`Replica.work`) is over this times the mean is not a candidate
-    (chosen on five traces of four shapes: docs/fleet.md, "Balance on traces it was not tuned on")."""
+    (chosen on four traces of different shapes: docs/fleet.md, "Balance on traces it was not tuned on")."""
 
 
 class Fleet:
