@@ -105,17 +105,20 @@ def greeting(address: str, host: str, port: int, timeout_s: float) -> None:
         raise unreachable(address, exc.strerror or exc) from None
     with sock:
         sock.settimeout(GREETING_S)
+        first = b""
         try:
-            first = sock.recv(8)
+            while len(first) < 8:  # the length prefix of Dask's handshake (it may come in pieces)
+                piece = sock.recv(8 - len(first))
+                if not piece:
+                    break
+                first += piece
         except TimeoutError:
-            first = b""
-            silent = True
+            if not first:
+                raise not_a_scheduler(
+                    address, f"it said nothing for {GREETING_S:g} s{web_server(sock, host)}"
+                ) from None
         except OSError as exc:
             raise not_a_scheduler(address, f"it dropped the connection: {exc.strerror or exc}") from None
-        else:
-            silent = False
-        if silent:
-            raise not_a_scheduler(address, f"it said nothing for {GREETING_S:g} s{web_server(sock, host)}")
     if not first:
         raise not_a_scheduler(address, "it closed the connection at once")
     if len(first) < 8 or not 0 < struct.unpack("<Q", first)[0] <= GREETING_MAX_BYTES:
