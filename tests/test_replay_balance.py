@@ -17,7 +17,7 @@ import pytest
 
 from felab.mock_server.config import DEFAULTS
 from felab.prices import PRICES
-from felab.replay import balance, trace, virtual
+from felab.replay import agent, balance, trace, virtual
 from felab.replay.tally import Tally, summary
 
 
@@ -76,3 +76,17 @@ def run_felab_module(*args: str) -> subprocess.CompletedProcess[str]:
     """`python -m felab.replay.balance ARGS`, as a learner runs it."""
     command = [sys.executable, "-m", "felab.replay.balance", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
+def test_few_sessions_on_many_replicas_keep_their_replica(tmp_path: Path) -> None:
+    """Lesson 06's shape: 8 agent sessions on 18 replicas. Every replica holding a session is far
+    above the mean (most replicas hold none), but moving a session would only lose its history:
+    the absolute threshold (`Weights.balance_abs`) keeps it. With the relative threshold alone the
+    route moved every session at every turn (lesson 06's bench: 0% of the history found)."""
+    path = tmp_path / "few.jsonl"
+    with path.open("w", encoding="utf-8") as out:
+        agent.write(agent.AgentShape(sessions=8, rate=4.0, turns=6, idle_share=0.0), out)
+    s = replace(DEFAULTS, replicas=18, route="prefix", block_tokens=64)
+    tally, loads, _ = virtual.replay(path, trace.read_trace(path, None, progress=False), s)
+    row = summary(tally, loads, PRICES[balance.PRICED], 1.0)
+    assert row["same_replica_pct"] > 90, row

@@ -13,7 +13,8 @@ what *it* has seen. Which replica a request reaches decides what it finds:
                  replica, and adding one moves only about 1/N of the sessions.
                  No session value: random, as a load balancer that knows nothing.
     prefix       cache-aware: the replicas whose work so far (in-flight tokens over time) is
-                 at most 1.2 times the mean are candidates; of those, as NVIDIA Dynamo's KV
+                 at most 1.2 times the mean, or at most 8 average requests' work above it, are
+                 candidates; of those, as NVIDIA Dynamo's KV
                  router scores a worker, each replica's cost is, in blocks,
                      prefill_weight x (its prefill backlog + this prompt's uncached tokens)
                      + the tokens of the requests it is serving (their prompts and replies)
@@ -155,7 +156,10 @@ class Weights:
     cache_threshold: float = 0.3
     balance: float = 1.2
     """A replica whose long-run work (`Replica.work`) is over this times the mean is not a candidate
-    (chosen on four traces of different shapes: docs/fleet.md, "Balance on traces it was not tuned on")."""
+    (chosen on four traces of different shapes: docs/fleet.md, "Balance on traces it was not tuned on")..."""
+    balance_abs: float = 8.0
+    """... if it is also over the mean by more than this many average requests' work (lesson 06's
+    sessions keep their replica: 8 sessions of 6 turns on 18 replicas)."""
 
 
 class Fleet:
@@ -177,6 +181,7 @@ class Fleet:
         self.replicas = [Replica(i, PrefixCache(*cache)) for i in range(replicas)]
         self.rng = random.Random(f"route/{seed}")
         self.next_replica = itertools.count()
+        self.routed = 0
         self.sglang = CacheAware()  # --route sglang-cache-aware (routes_sglang.py)
 
     def pick(
@@ -209,7 +214,11 @@ class Fleet:
 
         1. **Filter by long-run load.** Each replica's work is its in-flight tokens integrated over
            time since it started (`Replica.work`: token-seconds). A replica whose work is over
-           `balance` times the fleet's mean sits this request out, however much of it it holds.
+           `balance` times the fleet's mean *and* over the mean by more than `balance_abs`
+           requests' worth (the average request's work so far) sits this request out, however
+           much of it it holds. Two thresholds, as SGLang's router has (relative and absolute):
+           with fewer sessions than replicas (lesson 06: 8 on 18) every replica holding one is
+           far above the mean, yet moving a session would only lose its history.
         2. **Score the others.** The lowest cost wins; for a cold prompt (no replica left holds
            more than `cache_threshold` of it), the lowest cost as if none held any, and among
            equals the one caching least (SGLang's rule: a cold prompt goes to the smallest tree).
@@ -223,7 +232,10 @@ class Fleet:
         """
         start = now + self.timing.overhead_ms / 1000 if ready is None else ready
         work = [r.work(now) for r in self.replicas]
-        cap = self.weights.balance * sum(work) / len(work)
+        total = sum(work)
+        mean = total / len(work)
+        self.routed += 1
+        cap = max(self.weights.balance * mean, mean + self.weights.balance_abs * total / self.routed)
         pool = [r for r, w in zip(self.replicas, work, strict=True) if w <= cap]
         pool = pool or [self.replicas[work.index(min(work))]]  # (a balance under 1 may leave none)
         found = [r.cache.cached_blocks(keys, now) * r.cache.block_tokens for r in pool]
