@@ -207,7 +207,7 @@ class PracticeModel:
         if replica.seats is not None and seat is not None:
             replica.seats.hold(seat, admission, b.reply_end, prompt.keys, b)
             self._seat_batched(b, now)
-        replica.active_tokens += prompt.tokens + reply_tokens
+        replica.hold(prompt.tokens + reply_tokens, arrival)
         replica.stats.admit(prompt.tokens, cached)
         return b
 
@@ -259,7 +259,8 @@ class PracticeModel:
         sent = booking.reply_tokens if now is None else booking.tokens_due(now)
         booking.replica.stats.served(booking.ttft_s if sent else None, sent)
         if self.live.pop(booking.rid, None) is not None:
-            booking.replica.active_tokens -= booking.prompt_tokens + booking.reply_tokens
+            released = booking.reply_end if now is None else now
+            booking.replica.hold(-(booking.prompt_tokens + booking.reply_tokens), released)
             self.planned.get(booking.replica.index, {}).pop(booking.rid, None)
             if booking.cached_tokens:
                 self.finders[booking.replica.index] -= 1

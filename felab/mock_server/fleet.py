@@ -12,8 +12,10 @@ what *it* has seen. Which replica a request reaches decides what it finds:
                  and the highest wins, so a session always lands on the same
                  replica, and adding one moves only about 1/N of the sessions.
                  No session value: random, as a load balancer that knows nothing.
-    prefix       cache-aware, as NVIDIA Dynamo's KV router scores a worker: each replica's
-                 cost is, in blocks,
+    prefix       cache-aware: the replicas whose work so far (in-flight tokens over time) is
+                 at most 1.2 times the mean, or at most 8 average requests' work above it, are
+                 candidates; of those, as NVIDIA Dynamo's KV
+                 router scores a worker, each replica's cost is, in blocks,
                      prefill_weight x (its prefill backlog + this prompt's uncached tokens)
                      + the tokens of the requests it is serving (their prompts and replies)
                  and the lowest cost wins. The first term is what a cached prefix saves and
@@ -115,9 +117,25 @@ class Replica:
     stats: ReplicaStats = field(default_factory=ReplicaStats)
     active_tokens: int = 0
     """Prompt and reply tokens of the requests it serves now (kept by PracticeModel.book and
-    finish, for the prefix router's load term: Dynamo's active blocks)."""
+    finish through `hold`, for the prefix router's load term: Dynamo's active blocks)."""
     seats: Seats | None = None
     """How many requests it runs at once (seats.py); None: no limit."""
+    token_s: float = 0.0
+    """Its in-flight tokens integrated over time until `held_at` (token-seconds): the work it has
+    held since it started, the prefix router's long-run load."""
+    held_at: float | None = None
+
+    def hold(self, tokens: int, at: float) -> None:
+        """`tokens` more (fewer, if negative) in flight from `at` on (a request booked, a reply over)."""
+        self.token_s = self.work(at)
+        self.held_at = at if self.held_at is None else max(self.held_at, at)
+        self.active_tokens += tokens
+
+    def work(self, now: float) -> float:
+        """Its in-flight token-seconds up to `now`."""
+        if self.held_at is None:
+            return 0.0
+        return self.token_s + self.active_tokens * max(0.0, now - self.held_at)
 
 
 def rendezvous(session: str, n: int) -> int:
@@ -136,6 +154,12 @@ class Weights:
     prefill: float = 1.0
     temperature: float = 0.0
     cache_threshold: float = 0.3
+    balance: float = 1.2
+    """A replica whose long-run work (`Replica.work`) is over this times the mean is not a candidate
+    (chosen on four traces of different shapes: docs/fleet.md, "Balance on traces it was not tuned on")..."""
+    balance_abs: float = 8.0
+    """... if it is also over the mean by more than this many average requests' work (lesson 06's
+    sessions keep their replica: 8 sessions of 6 turns on 18 replicas)."""
 
 
 class Fleet:
@@ -157,6 +181,7 @@ class Fleet:
         self.replicas = [Replica(i, PrefixCache(*cache)) for i in range(replicas)]
         self.rng = random.Random(f"route/{seed}")
         self.next_replica = itertools.count()
+        self.routed = 0
         self.sglang = CacheAware()  # --route sglang-cache-aware (routes_sglang.py)
 
     def pick(
@@ -185,16 +210,40 @@ class Fleet:
         return self.replicas[self.rng.randrange(n)]  # random, and affinity without a session value
 
     def prefix_choice(self, prompt_tokens: int, keys: Sequence[int], now: float, ready: float | None) -> int:
-        """The replica `--route prefix` picks: the lowest cost; for a cold prompt (no replica holds
-        more than `cache_threshold` of it), the lowest cost as if none held any, and among equals
-        the one caching least (SGLang's rule: a cold prompt goes to the smallest tree)."""
+        """The replica `--route prefix` picks, in two steps (llm-d's filter, then Dynamo's scorer):
+
+        1. **Filter by long-run load.** Each replica's work is its in-flight tokens integrated over
+           time since it started (`Replica.work`: token-seconds). A replica whose work is over
+           `balance` times the fleet's mean *and* over the mean by more than `balance_abs`
+           requests' worth (the average request's work so far) sits this request out, however
+           much of it it holds. Two thresholds, as SGLang's router has (relative and absolute):
+           with fewer sessions than replicas (lesson 06: 8 on 18) every replica holding one is
+           far above the mean, yet moving a session would only lose its history.
+        2. **Score the others.** The lowest cost wins; for a cold prompt (no replica left holds
+           more than `cache_threshold` of it), the lowest cost as if none held any, and among
+           equals the one caching least (SGLang's rule: a cold prompt goes to the smallest tree).
+
+        Step 2 alone balances what is in flight *now*; on a lightly loaded fleet most replicas are
+        idle at any moment, so the replicas holding popular prefixes (a shared opening, a long
+        session) win nearly every request while never looking busy, and their share of the hour's
+        work grows without bound (load max/mean 8.8 at 64 replicas on the kit's agent trace, 35.6
+        at 256). Step 1 bounds that share; a replica left out gets the prompt's prefix cached too,
+        so a hot prefix ends up on as many replicas as its traffic needs.
+        """
         start = now + self.timing.overhead_ms / 1000 if ready is None else ready
-        found = [r.cache.cached_blocks(keys, now) * r.cache.block_tokens for r in self.replicas]
+        work = [r.work(now) for r in self.replicas]
+        total = sum(work)
+        mean = total / len(work)
+        self.routed += 1
+        cap = max(self.weights.balance * mean, mean + self.weights.balance_abs * total / self.routed)
+        pool = [r for r, w in zip(self.replicas, work, strict=True) if w <= cap]
+        pool = pool or [self.replicas[work.index(min(work))]]  # (a balance under 1 may leave none)
+        found = [r.cache.cached_blocks(keys, now) * r.cache.block_tokens for r in pool]
         if max(found) > self.weights.cache_threshold * prompt_tokens:
-            held = zip(self.replicas, found, strict=True)
-            return self.lowest([self.cost(r, prompt_tokens - f, start) for r, f in held])
-        costs = [self.cost(r, prompt_tokens, start) for r in self.replicas]
-        return self.lowest(costs, [len(r.cache) for r in self.replicas])
+            held = zip(pool, found, strict=True)
+            return pool[self.lowest([self.cost(r, prompt_tokens - f, start) for r, f in held])].index
+        costs = [self.cost(r, prompt_tokens, start) for r in pool]
+        return pool[self.lowest(costs, [len(r.cache) for r in pool])].index
 
     def cost(self, r: Replica, uncached: int, start: float) -> float:
         """Dynamo's worker cost, in blocks: weighted prefill (the lane's backlog when this prompt

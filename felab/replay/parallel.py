@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 from felab.errors import FelabError
 from felab.mock_server.config import Settings
 from felab.paths import from_here
-from felab.replay import trace
+from felab.replay import scheduler, trace
 
 R = TypeVar("R")
 
@@ -129,28 +129,15 @@ def on_cluster(
             f"the kit's cluster extra, not installed in this environment. Install it with "
             f"`{from_here('make cluster')}` (once), then run again."
         )
-    from distributed import Client
-
     stored = trace.must_exist(trace_path).read_bytes()  # as on disk: compressed, if it is
-    try:
-        client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as exc:
-        raise FelabError(
-            f"Could not reach a Dask scheduler at {address} ({exc}). Start one on the machine that "
-            f"coordinates with `.venv/bin/dask scheduler` (it listens on port 8786) and a worker on "
-            f"each machine with `.venv/bin/dask worker tcp://HOST:8786`, each in the kit's folder "
-            f"after `make cluster`; see docs/replay.md."
-        ) from None
+    client = scheduler.connect(
+        address, CONNECT_TIMEOUT_S
+    )  # a FelabError if not a Dask scheduler with a worker
     with client:
-        try:
-            client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
-        except TimeoutError:
-            raise FelabError(
-                f"The Dask scheduler at {address} has no workers. Start one on each machine, in the "
-                f"kit's folder: `.venv/bin/dask worker {address}` (after `make cluster`)."
-            ) from None
         data = client.scatter(stored, broadcast=True)  # once per worker
-        futures = [client.submit(run_one, s, data=data, pure=False) for s in configs]
+        seen = scheduler.workers(client)
+        submitted = (client.submit(run_one, s, data=data, pure=False) for s in configs)
+        futures = [scheduler.Watched(f, client, address, seen) for f in submitted]  # names lost workers
         try:
             yield from collect(futures, configs, say)
         except FelabError:

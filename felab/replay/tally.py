@@ -53,6 +53,30 @@ class Tally:
     a fleet that cannot keep up holds nearly every request, and the replay's memory grows with it."""
     lane_uncached: list[int] | None = None
     """Uncached prompt tokens each replica prefilled, where the driver sees them (virtual time)."""
+    token_s: list[float] | None = None
+    """Per replica, its in-flight tokens integrated over time, in token-seconds, where the driver
+    sees when each reply ends (virtual time): the load figure's numerator (`in_flight`)."""
+    busy_from_s: float | None = None
+    busy_to_s: float = 0.0
+    """The window the load is averaged over: the first arrival to the last reply's end."""
+
+    def held(self, replica: int, replicas: int, tokens: int, start_s: float, end_s: float) -> None:
+        """One request held `tokens` (its prompt and its reply) on `replica` from `start_s` (its
+        arrival) to `end_s` (its reply's end): add it to the replica's in-flight token-seconds."""
+        if self.token_s is None:
+            self.token_s = [0.0] * replicas
+        self.token_s[replica] += tokens * max(0.0, end_s - start_s)
+        self.busy_from_s = start_s if self.busy_from_s is None else min(self.busy_from_s, start_s)
+        self.busy_to_s = max(self.busy_to_s, end_s)
+
+    def in_flight(self) -> list[float] | None:
+        """Each replica's load as the routers count it: the tokens of the requests it holds (prompt
+        and reply, from arrival to the reply's end: Dynamo's active blocks, the prefix route's
+        `active_tokens`), averaged over the window from the first arrival to the last reply's end."""
+        if self.token_s is None or self.busy_from_s is None:
+            return None
+        window = self.busy_to_s - self.busy_from_s
+        return [t / window for t in self.token_s] if window > 0 else None
 
     def add(
         self,
@@ -107,11 +131,18 @@ def busy_pct(t: Tally, uncached: int, capacity_tps: float | None, span: float) -
 
 
 def summary(
-    tally: Tally, loads: Sequence[int] | None, price: Price, wall_s: float, capacity_tps: float | None = None
+    tally: Tally,
+    loads: Sequence[float] | None,
+    price: Price,
+    wall_s: float,
+    capacity_tps: float | None = None,
 ) -> dict[str, Any]:
     """One configuration's row (JSON-ready; `None` where a figure was not measured).
 
-    `loads`: requests served by each replica, where the driver can see them.
+    `loads`: each replica's load, where the driver can see it: its time-averaged in-flight tokens
+    (`Tally.in_flight`, virtual time). `load_max_over_mean` is the busiest replica's over the mean:
+    1 is even; a router that piles work on a few replicas shows far above 1 even when every
+    replica served as many requests (a request counts for what it holds, and for how long).
     `capacity_tps`: prompt tokens the whole fleet can prefill a second, where it is known;
     `prefill_busy_pct` is the uncached tokens' prefill time over the span, for the busiest
     lane where each lane's load is known (virtual time), else the fleet's average: above

@@ -72,8 +72,9 @@ def count(tally: Tally, booking: Booking, now: float, session: str | None) -> No
 
 def replay(
     path: Path, requests: Iterable[TraceRequest], settings: Settings, speed: float = 1.0
-) -> tuple[Tally, list[int], float]:
-    """Book every request in the model; the tally, the requests each replica served, and wall seconds."""
+) -> tuple[Tally, list[float], float]:
+    """Book every request in the model; the tally, each replica's load (its time-averaged in-flight
+    tokens: `Tally.in_flight`), and wall seconds."""
     model, tally = PracticeModel(settings), Tally()
     block, batched = settings.block_tokens, settings.batch_tokens is not None
     ends: list[tuple[float, int, Booking]] = []  # replies still running, the soonest first
@@ -88,7 +89,7 @@ def replay(
             if batched and booking.reply_end > now:  # a prompt joined its last batch: it ends later
                 heapq.heappush(ends, (booking.reply_end, next(order), booking))
             else:
-                model.finish(booking)
+                retire(model, tally, booking)
         while pending and final(pending[0][0], now):
             count(tally, *pending.popleft())
         booking = model.book(prompt_of(request, block), request.output_tokens, now, now)
@@ -101,6 +102,15 @@ def replay(
         tally.in_flight_max = max(tally.in_flight_max or 0, len(ends))
     for waiting in pending:
         count(tally, *waiting)
+    for _, _, booking in ends:  # the replies still running when the trace ends, as they will end
+        retire(model, tally, booking)
     wall = time.perf_counter() - t0
     tally.lane_uncached = [r.stats.prompt_tokens - r.stats.hits for r in model.fleet.replicas]
-    return tally, [r.stats.requests for r in model.fleet.replicas], wall
+    return tally, tally.in_flight() or [0.0] * settings.replicas, wall
+
+
+def retire(model: PracticeModel, tally: Tally, booking: Booking) -> None:
+    """Its reply is over: the model frees what it held; the tally counts the tokens it held, for how long."""
+    model.finish(booking)
+    tokens = booking.prompt_tokens + booking.reply_tokens
+    tally.held(booking.replica.index, len(model.fleet.replicas), tokens, booking.arrival, booking.reply_end)
