@@ -37,7 +37,7 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import httpx
 
@@ -63,15 +63,24 @@ class ReplyStopped(FelabError):
     """The kit stopped reading a reply at one of its limits; the message says which and why."""
 
 
-def stopped_by(exc: BaseException | None) -> ReplyStopped | None:
-    """The ReplyStopped behind an `openai` error (its `__cause__` or `__context__` chain), if any."""
+E = TypeVar("E", bound=BaseException)
+
+
+def first_in_chain(exc: BaseException | None, kind: type[E]) -> E | None:
+    """The first `kind` in an error's chain (its `__cause__`, else its `__context__`), if any: an
+    SDK wraps the error a transport raised, so the kit's own stop is found behind the SDK's."""
     seen = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, ReplyStopped):
+        if isinstance(exc, kind):
             return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+def stopped_by(exc: BaseException | None) -> ReplyStopped | None:
+    """The ReplyStopped behind an `openai` error, if any."""
+    return first_in_chain(exc, ReplyStopped)
 
 
 def seconds_from_env(name: str, default: float) -> float:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -65,6 +65,30 @@ def health_s(address: tuple[str, int]) -> float:
     return time.perf_counter() - start
 
 
+def beside(
+    hog: socket.socket, address: tuple[str, int], send: Callable[[], None]
+) -> tuple[list[float], list[BaseException | None]]:
+    """Ten /health times (s) from another client while `send` writes to `hog` in a thread of its
+    own, and how the sending ended (None: it finished; else the error, as the server cut it off)."""
+    outcome: list[BaseException | None] = []
+
+    def sending() -> None:
+        try:
+            send()
+            outcome.append(None)
+        except OSError as exc:
+            outcome.append(exc)
+
+    sender = threading.Thread(target=sending, daemon=True)
+    sender.start()
+    try:
+        waits = [health_s(address) for _ in range(10)]
+        sender.join(timeout=30)
+    finally:
+        hog.close()
+    return waits, outcome
+
+
 def chat_answers(url: str) -> bool:
     """Whether a chat request through the openai client gets its reply (within 10 s)."""
     api = openai.OpenAI(base_url=url, api_key="not-needed", max_retries=0, timeout=10)
@@ -80,22 +104,7 @@ def test_a_flood_of_pipelined_gets_closes_only_its_own_connection(
     url, address = server
     flood = HEALTH * (10_000_000 // len(HEALTH))  # 10 MB of GET /health, none of it read
     hog = non_reader(address)
-    outcome: list[BaseException | None] = []
-
-    def send() -> None:
-        try:
-            hog.sendall(flood)
-            outcome.append(None)
-        except OSError as exc:
-            outcome.append(exc)
-
-    sender = threading.Thread(target=send, daemon=True)
-    sender.start()
-    try:
-        waits = [health_s(address) for _ in range(10)]
-        sender.join(timeout=30)
-    finally:
-        hog.close()
+    waits, outcome = beside(hog, address, lambda: hog.sendall(flood))
     assert max(waits) < 1.0, f"/health took {max(waits) * 1000:.0f} ms beside the flood"
     # More than MAX_WAITING requests waiting at once: the server drops the connection.
     assert outcome and isinstance(outcome[0], ConnectionError), outcome
@@ -146,26 +155,15 @@ def test_an_endless_head_is_cut_at_the_limit_and_holds_no_one_else(
     _, address = server
     opening, piece = ENDLESS[case]
     hog = socket.create_connection(address)
-    outcome: list[BaseException | None] = []
 
     def send() -> None:
         # Endless until the server cuts it off, or for 8 s (the head deadline, 10 s, is later)
         give_up = time.monotonic() + 8
-        try:
-            hog.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n" + opening)
-            while time.monotonic() < give_up:
-                hog.sendall(piece)
-            outcome.append(None)
-        except OSError as exc:
-            outcome.append(exc)
+        hog.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n" + opening)
+        while time.monotonic() < give_up:
+            hog.sendall(piece)
 
-    sender = threading.Thread(target=send, daemon=True)
-    sender.start()
-    try:
-        waits = [health_s(address) for _ in range(10)]
-        sender.join(timeout=30)
-    finally:
-        hog.close()
+    waits, outcome = beside(hog, address, send)
     assert max(waits) < 1.0, f"/health took {max(waits) * 1000:.0f} ms beside the endless head"
     # Cut off: past MAX_HEAD_BYTES the 431, then up to 1 MiB is dropped, then the connection.
     assert outcome and isinstance(outcome[0], ConnectionError), outcome

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from felab.guarded import SLACK_S, Capped, compressed, cut_to, declared
+from felab.guarded import SLACK_S, Capped, compressed, cut_to, declared, first_in_chain
 
 DEADLINE_S = 120.0
 """The whole check, every page of every list: a few seconds on a normal day."""
@@ -49,13 +49,7 @@ class Stop(Exception):
 
 def stopped_by(exc: BaseException | None) -> Stop | None:
     """The Stop behind an SDK error (its `__cause__` or `__context__` chain), if any."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, Stop):
-            return exc
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return None
+    return first_in_chain(exc, Stop)
 
 
 def _origin(url: httpx.URL) -> str:
