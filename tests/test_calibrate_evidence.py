@@ -338,3 +338,13 @@ def test_an_attention_term_smaller_than_the_repeats_spread_is_left_out_and_said(
     # llama.cpp's 36 ns: half of the longest prompt's time, far above the same spread: kept.
     real, none = prof.supported_attention(measured(36.0, [-0.1, 0.0, 0.1, -0.1, 0.1]), prof.NO_PIECES)
     assert real.attention_ns == pytest.approx(36.0, rel=1e-6) and none is None
+
+
+def test_time_per_output_token_counts_gaps_between_chunks_of_text() -> None:
+    # A reply of one text chunk then its end-of-text (completion_tokens 2) has no gap to time: it
+    # read as 0 ms a token, and a median of such zeros divided by zero in the decode fit (a
+    # traceback against llama-server with a tiny model that ends its replies early).
+    ended_early = Sample(400, 100, 0, 20.0, 2, [], 20.0)
+    assert ended_early.tpot_ms is None
+    steady = Sample(400, 100, 0, 20.0, 48, [1.0, 2.0, 3.0], 26.0)
+    assert steady.tpot_ms == 2.0  # (26 - 20) ms over its 3 gaps, whatever completion_tokens says

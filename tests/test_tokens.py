@@ -309,8 +309,9 @@ def test_the_card_says_how_far_the_twins_count_is_from_the_real_servers(files: t
             p.rng = random.Random(11)
             card.one_round(p, 800, out)
     tok = load_tokenizer(files[0])
-    sizing_text = chat_template([Message(role="user", content=real.sent[0])])
-    assert real.chars_per_token == pytest.approx(len(sizing_text) / len(tok.encode(sizing_text).ids))
+    sized = [chat_template([Message(role="user", content=text)]) for text in real.sent[: card.SIZING_PROMPTS]]
+    measured = sum(map(len, sized)) / sum(len(tok.encode(text).ids) for text in sized)
+    assert real.chars_per_token == pytest.approx(card.SIZING_MARGIN * measured)
     cold = [k for k in got[0] if k.startswith("cold")]
     off = sorted(
         (t.prompt_tokens - r.prompt_tokens) / r.prompt_tokens

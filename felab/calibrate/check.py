@@ -119,25 +119,41 @@ HELD_OUT = True
 programming language, other numbers, another script), so a token count fitted on calibrate's
 text is tried on text it never saw: a check on calibrate's prose could not see a count that is
 right only for it."""
-SIZING_CHARS = 3000
-"""One untimed prompt of held-out text, sent first to the real server: its reported tokens say
-how many characters a token that text runs at here, so the work's prompts have their lengths."""
+SIZING_CHARS = 4000
+SIZING_PROMPTS = 3
+"""Untimed prompts of held-out text, sent first to the real server: their reported tokens say how
+many characters a token that text runs at here, so the work's prompts have their lengths. Three,
+and their total: the held-out text mixes kinds (another script runs at under one character a
+token on a small vocabulary), so one short prompt's ratio was off by a third, and the longest
+prompt of the work overflowed a seat of 8,192 tokens."""
+SIZING_MARGIN = 0.9
+"""The ratio used is this much of the one measured: a prompt of the work, with its own mix of
+kinds, then still fits a seat sized for it."""
 SIZING_TRIES = 2
-"""It is sent again once if it fails in passing (PASSING), as a round would be left out."""
+"""Each is sent again once if it fails in passing (PASSING), as a round would be left out."""
 
 
 def sizing(p: Prober, seed: int) -> float:
-    """Characters a token of the held-out text on the real server (one untimed request), for both
-    servers' probers: the same prompts must go to both, and fit the real server's seats."""
+    """Characters a token of the held-out text on the real server (untimed requests), less a
+    margin, for both servers' probers: the same prompts must go to both, and fit the real
+    server's seats."""
     rng = random.Random(seed ^ 0x512E)
+    chars = tokens = 0
+    for _ in range(SIZING_PROMPTS):
+        sample = sized(p, rng)
+        chars, tokens = chars + sample.chars, tokens + sample.prompt_tokens
+    return SIZING_MARGIN * chars / max(1, tokens)
+
+
+def sized(p: Prober, rng: random.Random) -> Sample:
+    """One untimed prompt of held-out text, sent again once if it fails in passing."""
     for tries_left in reversed(range(SIZING_TRIES)):
         try:
-            sample = p.call(prompts.fresh(SIZING_CHARS, rng, HELD_OUT))
+            return p.call(prompts.fresh(SIZING_CHARS, rng, HELD_OUT))
         except FelabError as exc:
             if tries_left and isinstance(exc.__cause__, PASSING):
                 continue  # failed in passing: once more, with new text
             raise
-        return sample.chars / max(1, sample.prompt_tokens)
     raise AssertionError("unreachable: the last try returns or raises")  # pragma: no cover
 
 

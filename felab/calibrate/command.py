@@ -247,7 +247,8 @@ def check(
     biggest = BIGGEST if facts.seat_context is None else facts.seat_context - DECODE_MAX_TOKENS - 64
     biggest = min(BIGGEST, biggest)
     ref_tokens = measured.get("reference_tokens") if isinstance(measured, dict) else None
-    need = card.requests(biggest, rounds) + (card.REFERENCE_REPEATS if isinstance(ref_tokens, int) else 0)
+    need = card.requests(biggest, rounds) + card.SIZING_PROMPTS
+    need += card.REFERENCE_REPEATS if isinstance(ref_tokens, int) else 0
     need += card.SIZING_TRIES  # card.sizing: one untimed prompt of the held-out text, or two
     if need > max_requests:
         raise FelabError(
@@ -273,8 +274,9 @@ def check(
     real_prober.chars_per_token = card.sizing(real_prober, seed)
     counted = measured.get("token_count") if isinstance(measured, dict) else None
     say(
-        f"held-out text (unlike calibrate's): {real_prober.chars_per_token:.2f} characters a token on "
-        f"the real server; the profile counts tokens with {counted or 'characters (an older profile)'}"
+        f"held-out text (unlike calibrate's): {real_prober.chars_per_token / card.SIZING_MARGIN:.2f} "
+        f"characters a token on the real server (prompts sized at {card.SIZING_MARGIN:.0%} of it, so "
+        f"each fits a seat); the profile counts tokens with {counted or 'characters (an older profile)'}"
     )
     say(
         f"the real server ({target.name}) and its twin (a practice server with --profile {path.name}), "

@@ -82,10 +82,13 @@ class Sample:
 
     @property
     def tpot_ms(self) -> float | None:
-        """Time per output token after the first (None for a reply of one token)."""
-        if self.output_tokens < 2:
+        """Time per output token after the first: from the first chunk with text to the last, over
+        the gaps between them (None for a reply with one chunk of text). Counted in chunks of text,
+        not in the server's `completion_tokens`: a reply that ends early counts its end-of-text
+        token there, which took no gap (one text chunk then the end read as a gap of 0 ms)."""
+        if not self.itl_ms:
             return None
-        return (self.total_ms - self.ttft_ms) / (self.output_tokens - 1)
+        return (self.total_ms - self.ttft_ms) / len(self.itl_ms)
 
 
 @dataclass

@@ -216,6 +216,7 @@ def build(
     rounds = [[s.ttft_ms for s in r] for r in cold_rounds]
     gaps = {k: [t for s in got if (t := s.tpot_ms) is not None] for k, got in m.decode.items()}
     intervals = {k: fit.median(v) for k, v in gaps.items() if v}
+    intervals = {k: v for k, v in intervals.items() if v > 0}  # (gaps of 0: chunks read in one burst)
 
     settings: dict[str, Any] = {
         "overhead_ms": fit.sig(max(0.0, prefill.overhead_ms - delivery_ms)),
