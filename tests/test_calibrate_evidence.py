@@ -348,3 +348,16 @@ def test_time_per_output_token_counts_gaps_between_chunks_of_text() -> None:
     assert ended_early.tpot_ms is None
     steady = Sample(400, 100, 0, 20.0, 48, [1.0, 2.0, 3.0], 26.0)
     assert steady.tpot_ms == 2.0  # (26 - 20) ms over its 3 gaps, whatever completion_tokens says
+
+
+def test_a_few_replies_without_text_early_do_not_stop_calibrate() -> None:
+    # 4 of the first 7 replies ended at once (short prompts, a model that ends 1 in 7 so): before,
+    # that stopped calibrate ("they outnumber the replies with text"); now only most of 20 does.
+    from felab.calibrate.probes import EMPTY_JUDGED_AFTER, Prober
+
+    p = Prober(Target("llamacpp", "http://127.0.0.1:1/v1", "tiny", "not-needed", False), None, 100, print)  # type: ignore[arg-type]
+    p.answered, p.ended_at_once = 3, 4
+    p._stop_if_mostly_empty()  # not yet judged
+    p.answered, p.ended_at_once = 9, EMPTY_JUDGED_AFTER - 9
+    with pytest.raises(FelabError, match="they outnumber the replies with text"):
+        p._stop_if_mostly_empty()
