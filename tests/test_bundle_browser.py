@@ -102,7 +102,9 @@ def test_a_prefilled_number_shows_with_when_and_where(page: Any, site_url: str) 
     field = page.locator(FIELD_OPENING_FIRST)
     assert field.input_value() == "2890 / 41"
     status = page.locator(FIELD_OPENING_FIRST + "-status")
-    assert "measured 2026-11-30 04:25 UTC on llamacpp" in status.inner_text()
+    said = status.inner_text()  # which run filled it: its order, when, where, and the file
+    assert "the stable-first run of 2026-11-30 04:25 UTC on llamacpp" in said
+    assert "results/06-prefix.jsonl" in said
     # the input is named by its label, and described by its hint and where its value came from
     assert page.get_by_label("1. llama.cpp, opening first").input_value() == "2890 / 41"
 
