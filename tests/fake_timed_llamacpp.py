@@ -8,7 +8,8 @@ characters, is its cache, as llama.cpp's seats keep theirs), then a short wait p
 token. What calibrate must survive is set on purpose, never left to the machine's speed:
 
 - `empty_every`: every n-th request's reply carries no text (a role chunk, then the finish
-  with one completion token), as a tiny model that ends at once (its end-of-text first) does;
+  with one completion token), as a tiny model that ends at once (its end-of-text first) does,
+  unless the request says `ignore_eos` (llama-server's field);
 - `blank_every`: every n-th request's reply is its full length of tokens with empty content;
 - `slow_every`: every n-th request takes `slow_factor` times as long (a busy machine);
 - `ms_per_token` below 0: longer prompts answer sooner (no rate any engine has);
@@ -44,6 +45,10 @@ class Engine:
     slots: int = 4
     empty_every: int | None = None
     blank_every: int | None = None
+    ignore_eos_asked: int = 0
+    """Requests that asked for their whole length (`ignore_eos`)."""
+    empties_sent: int = 0
+    """Replies that ended at once, with no text."""
     slow_every: int | None = None
     slow_factor: float = 4.0
     lie_at: int | None = None
@@ -129,6 +134,9 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
             time.sleep(max(wait, 1.0) / 1000)
             replies = min(int(body.get("max_tokens") or 16), 48)
             empty = bool(engine.empty_every and n % engine.empty_every == 0)
+            empty = empty and not body.get("ignore_eos")  # llama-server's own field: no early end
+            engine.ignore_eos_asked += bool(body.get("ignore_eos"))
+            engine.empties_sent += empty
             if empty:  # its end-of-text first: one token, no text, the finish (as llama-server ends)
                 replies = 1
             for i in range(0 if empty else replies):

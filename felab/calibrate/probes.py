@@ -176,8 +176,13 @@ class Prober:
         try:
             # A probe of prompt reading (not of decode) times the first token: a reply that ended at
             # once (its end-of-text first) is timed by that end. A decode probe needs reply tokens.
+            # On llama-server a decode probe asks for its whole length (`ignore_eos`, a field of its
+            # own API): a model that ends early would leave no gaps to time.
             timed = max_tokens < DECODE_MAX_TOKENS
-            r = stream_once(self.api, self.target.model, messages, max_tokens=max_tokens, time_empty=timed)
+            whole = {} if timed or self.target.name != "llamacpp" else {"extra_body": {"ignore_eos": True}}
+            r = stream_once(
+                self.api, self.target.model, messages, max_tokens=max_tokens, time_empty=timed, **whole
+            )
         except FelabError as exc:
             small = self._too_small(exc)
             if small is None:
