@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fake_fireworks import FakeFireworks, fireworks_env
 
 from felab import paths
 from felab.mock_server.launch import practice_server
@@ -151,3 +152,10 @@ def run_make(folder: Path, *args: str, timeout: float = 60) -> subprocess.Comple
     """Run `make ARGS` in `folder` to its end (see `make_command`)."""
     argv, env = make_command(folder, *args)
     return subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeFireworks]:
+    """A fake Fireworks (tests/fake_fireworks.py) on loopback, this test's environment pointed at it."""
+    with fireworks_env(monkeypatch) as running:
+        yield running

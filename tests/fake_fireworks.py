@@ -390,6 +390,12 @@ def serve(fake: FakeFireworks | None = None) -> Iterator[FakeFireworks]:
         thread.join(timeout=5)
 
 
+DEPLOYMENTS = "/v1/accounts/learner/deployments"
+"""The fake account's deployments list, as fw-check reads it."""
+COULD_NOT = "could not check what is billing on Fireworks"
+"""The start of fw-check's fail-closed message."""
+
+
 @contextmanager
 def fireworks_env(monkeypatch: Any, fake: FakeFireworks | None = None) -> Iterator[FakeFireworks]:
     """Serve a fake and point this test's environment (and its subprocesses) at it.

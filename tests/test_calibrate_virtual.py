@@ -18,6 +18,7 @@ import random
 import re
 
 import pytest
+from test_calibrate import KNOWN  # the settings its real-HTTP test calibrates, here on a virtual clock
 
 from felab.calibrate import profile as prof
 from felab.calibrate.plan import Plan, make_plan, measure
@@ -67,14 +68,6 @@ class VirtualProber(Prober):
         return [self._sample(m, b) for m, b in zip(batches, booked, strict=True)]
 
 
-KNOWN = {
-    "overhead_ms": 10.0,
-    "prefill_tps": 10_000.0,
-    "decode_tps": 200.0,
-    "block_tokens": 32,
-    "cached_token_us": 20.0,
-    "decode_context_ns": 2000.0,
-}
 LLAMA_LIKE = {"batch_tokens": 2048, "seats": 4, "ubatch_tokens": 512, "tile_tokens": 64, "untiled_ns": 600.0}
 
 

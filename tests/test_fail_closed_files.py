@@ -13,13 +13,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
 from conftest import KIT, make_command, run_make
-from fake_fireworks import KEY, FakeFireworks, deployment, fireworks_env
+from fake_fireworks import COULD_NOT, DEPLOYMENTS, KEY, FakeFireworks, deployment
 
 from felab.calibrate import save
 from felab.calibrate.profile import Profile, to_toml, write
@@ -70,15 +69,6 @@ def test_new_lesson_runs_nothing_a_name_holds(
 
 
 # ── fw-check: a page it cannot read for sure, an output it cannot write (31.12) ──
-
-DEPLOYMENTS = "/v1/accounts/learner/deployments"
-COULD_NOT = "could not check what is billing on Fireworks"
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeFireworks]:
-    with fireworks_env(monkeypatch) as running:
-        yield running
 
 
 def fw_check(shell_redirect: str = "") -> subprocess.CompletedProcess[str]:

@@ -17,20 +17,21 @@ from collections.abc import Iterator
 import pytest
 from click.testing import CliRunner, Result
 from conftest import KIT, run_felab, run_felab_peak, run_make
-from fake_fireworks import ECHO_FORMS, KEY, FakeFireworks, deployment, fireworks_env, job, leaked, serve
+from fake_fireworks import (
+    COULD_NOT,
+    DEPLOYMENTS,
+    ECHO_FORMS,
+    KEY,
+    FakeFireworks,
+    deployment,
+    job,
+    leaked,
+    serve,
+)
 
 from felab.cli import cli
 from felab.fireworks import transport
 from felab.fireworks.billing import CouldNotCheck, parse_deployment
-
-DEPLOYMENTS = "/v1/accounts/learner/deployments"
-COULD_NOT = "could not check what is billing on Fireworks"
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeFireworks]:
-    with fireworks_env(monkeypatch) as running:
-        yield running
 
 
 def fw_check() -> subprocess.CompletedProcess[str]:

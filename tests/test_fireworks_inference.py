@@ -9,7 +9,6 @@ error Fireworks sends.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
 
 import pytest
 from conftest import PREFIX_BENCH, run_script
@@ -20,7 +19,6 @@ from fake_fireworks import (
     RATE_LIMITED,
     SCALING_UP,
     FakeFireworks,
-    fireworks_env,
     leaked,
 )
 
@@ -28,12 +26,6 @@ from felab.prices import PRICES, Price, cost_line, price_for
 from felab.targets import Target
 
 CHAT = "/inference/v1/chat/completions"
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeFireworks]:
-    with fireworks_env(monkeypatch) as running:
-        yield running
 
 
 def bench(*args: str):
