@@ -1,0 +1,117 @@
+"""The registry of cost terms: what one engine step costs, as a sum of terms.
+
+    step seconds = Σ over terms  coefficient(settings) × basis(step)
+
+Each term is one small object in its own file (`Term`): the settings it reads, its basis
+function of a step (new prompt tokens, attention pairs, decode streams, ...), the calibrate
+probe that exposes it, and what it means. The step's time is the sum; a prompt alone costs the
+sum over its steps (`prompt_seconds`). Because every term is linear in its coefficient, the
+time of any request is a linear function of the coefficients, given the steps it waited for:
+calibrate fits them all with one weighted least-squares fit over the basis sums.
+
+Adding a term: write its file (a `TERM`), and add it to `TERMS` below. Nothing else changes:
+the twin prices steps with `step_seconds`, the fit reads `basis`, the docs list `TERMS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from felab.mock_server.step import Step, prompt_steps
+
+
+class Rates(Protocol):
+    """The settings the terms read (TimingModel has them all)."""
+
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+    attention_ns: float
+    decode_slowdown: float
+    cached_token_us: float
+    decode_context_ns: float
+    ubatch_tokens: int | None
+    tile_tokens: int
+    untiled_ns: float
+    batch_slowdown: float
+
+
+@dataclass(frozen=True)
+class Term:
+    """One cost term: coefficient(settings) × basis(step) seconds, in every step."""
+
+    name: str
+    settings: tuple[str, ...]
+    """The settings (Settings fields, profile keys) that give its coefficient."""
+    basis: Callable[[Step, Rates], float]
+    """Its basis function: what in a step it is proportional to (it may read structural
+    settings, such as the ubatch size, from the rates)."""
+    coefficient: Callable[[Rates], float]
+    """Seconds per unit of its basis, from the settings."""
+    values: Callable[[Mapping[str, float]], dict[str, Any]]
+    """The inverse: its settings' values from the fitted coefficients (all of them, by term
+    name: a term may scale another's, as the slowdowns scale the rates)."""
+    probe: str
+    """The calibrate probe whose timings expose it."""
+    meaning: str
+    """One line for the docs and --help-twin."""
+    formula: str
+    """Its part of the step's time, as the docs print it."""
+
+
+def _registry() -> tuple[Term, ...]:
+    from felab.mock_server.terms import (
+        attention,
+        batch_slowdown,
+        cached_floor,
+        decode_context,
+        decode_rate,
+        decode_slowdown,
+        prefill_rate,
+        untiled,
+    )
+
+    return (
+        prefill_rate.TERM,
+        attention.TERM,
+        cached_floor.TERM,
+        untiled.TERM,
+        batch_slowdown.TERM,
+        decode_rate.TERM,
+        decode_slowdown.TERM,
+        decode_context.TERM,
+    )
+
+
+TERMS: tuple[Term, ...] = _registry()
+"""Every cost term, in the order the docs list them."""
+
+
+def basis(step: Step, rates: Rates) -> dict[str, float]:
+    """Each term's basis function of `step`, by name."""
+    return {t.name: t.basis(step, rates) for t in TERMS}
+
+
+def coefficients(rates: Rates) -> dict[str, float]:
+    """Each term's coefficient (seconds per unit of its basis), by name."""
+    return {t.name: t.coefficient(rates) for t in TERMS}
+
+
+def step_seconds(step: Step, rates: Rates) -> float:
+    """What `step` costs: the sum of its terms."""
+    return sum(t.coefficient(rates) * t.basis(step, rates) for t in TERMS)
+
+
+def prompt_seconds(uncached: int, cached: int, rates: Rates, batch_tokens: int | None = None) -> float:
+    """A prompt alone on an idle engine: the sum over its steps (step.prompt_steps)."""
+    return sum(step_seconds(s, rates) for s in prompt_steps(uncached, cached, batch_tokens))
+
+
+def settings_from(coefs: Mapping[str, float]) -> dict[str, Any]:
+    """The settings that give these coefficients (the fit's answer, as a profile writes it)."""
+    out: dict[str, Any] = {}
+    for t in TERMS:
+        if t.name in coefs:
+            out.update(t.values(coefs))
+    return out
