@@ -50,7 +50,7 @@ check: $(STAMP) ## which servers are up, each target's URL and model, whether FI
 smoke: $(STAMP) ## every lesson script against a fresh practice server, in quick mode
 	@$(PY) -m felab smoke
 
-bench: $(STAMP) ## how faithful the practice server is: TTFT vs predicted and vs the floor, CPU, memory; replay speed, balance, --jobs, hostile input; calibrate and check against llama.cpp where built (~4 min)
+bench: $(STAMP) ## how faithful the practice server is: TTFT vs predicted and vs the floor, CPU, memory; replay speed, balance, --jobs, hostile input; calibrate and check against llama.cpp where built; the twin on held-out work in every engine case built (~4 min, ~25 with the engines)
 	@$(PY) -m felab.bench
 
 fw-check: $(call EXTRA,fireworks) ## anything on Fireworks still billing, and the command that stops it (fails closed)

@@ -55,6 +55,36 @@ def test_every_phase_of_the_fidelity_bench_runs_at_a_tiny_size() -> None:
         assert isinstance(figures[key], (int, float)), key
 
 
+def test_the_held_out_phase_runs_every_kind_of_work_on_both_servers_and_sums_up_each_case() -> None:
+    # At a tiny size the "real" server is a practice server with known settings: the phase
+    # calibrates it, starts the twin, runs one round of each held-out kind on both, and prints
+    # a row per kind and a summary per case. Nothing about timing is asserted (no speed here).
+    from felab.bench.heldout import TPOT
+
+    run = subprocess.run(
+        [sys.executable, "-m", "felab.bench", "--tiny", "--phase", "heldout"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=KIT_ROOT,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = run.stdout
+    for kind in (
+        "cold, ~270 tokens",
+        "questions after an opening",
+        "8-turn conversation, turns 2-8",
+        "2 cold prompts at once",
+        "4 cold prompts at once",
+        TPOT,
+        "warm question 100 ms behind a cold prompt",
+    ):
+        assert kind in out, f"missing: {kind}\n{out[-3000:]}"
+    assert "calibrated in" in out
+    summary = out.strip().splitlines()[-1].split()
+    assert summary[0] == "known" and summary[2] == "of" and summary[3] == "10", out[-1500:]
+
+
 def test_the_floor_server_answers_as_the_bench_expects() -> None:
     # The floor is a server of its own (floor.py): one SSE chunk with text, the prediction in a header.
 

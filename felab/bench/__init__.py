@@ -45,4 +45,5 @@ PHASES: tuple[Phase, ...] = (
     Phase("replay", tiny=("--limit", "200", "--hostile-mb", "2")),
     Phase("hangups", tiny=("--clients", "20")),
     Phase("calibrate", tiny=("--quick", "--practice-only")),
+    Phase("heldout", tiny=("--tiny",)),
 )
