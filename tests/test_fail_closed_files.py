@@ -199,7 +199,9 @@ def test_every_term_at_its_bound_keeps_the_longest_request_within_a_day(
     at_bounds = {name: bound for name, _, bound, _ in term_bounds(base)}
     s = dataclasses.replace(base, **at_bounds)
     assert worst_request_s(s) <= DAY_S
-    assert worst_request_s(s) >= 0.5 * DAY_S  # and the bounds are not far tighter than a day
+    # and the bounds are not far tighter than a day: six terms, each at most a sixth of it, do not
+    # all peak on one request (attention at no cached opening, the cached tokens' cost at a full one)
+    assert worst_request_s(s) >= 0.4 * DAY_S
     for name, _, bound, side in term_bounds(base):  # one step past any bound is refused
         past = bound * (0.99 if side == "at least" else 1.01)
         with pytest.raises(ValueError, match=f"--{name.replace('_', '-')} .* must be {side}"):

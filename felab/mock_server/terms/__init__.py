@@ -23,18 +23,29 @@ from felab.mock_server.step import Step, prompt_steps
 
 
 class Rates(Protocol):
-    """The settings the terms read (TimingModel has them all)."""
+    """The settings the terms read (TimingModel has them all); read-only, as a frozen
+    dataclass's fields are."""
 
-    prefill_tokens_per_s: float
-    decode_tokens_per_s: float
-    attention_ns: float
-    decode_slowdown: float
-    cached_token_us: float
-    decode_context_ns: float
-    ubatch_tokens: int | None
-    tile_tokens: int
-    untiled_ns: float
-    batch_slowdown: float
+    @property
+    def prefill_tokens_per_s(self) -> float: ...
+    @property
+    def decode_tokens_per_s(self) -> float: ...
+    @property
+    def attention_ns(self) -> float: ...
+    @property
+    def decode_slowdown(self) -> float: ...
+    @property
+    def cached_token_us(self) -> float: ...
+    @property
+    def decode_context_ns(self) -> float: ...
+    @property
+    def ubatch_tokens(self) -> int | None: ...
+    @property
+    def tile_tokens(self) -> int: ...
+    @property
+    def untiled_ns(self) -> float: ...
+    @property
+    def batch_slowdown(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -99,8 +110,9 @@ def coefficients(rates: Rates) -> dict[str, float]:
 
 
 def step_seconds(step: Step, rates: Rates) -> float:
-    """What `step` costs: the sum of its terms."""
-    return sum(t.coefficient(rates) * t.basis(step, rates) for t in TERMS)
+    """What `step` costs: the sum of its terms (a term at 0 is not asked its basis: a
+    replay prices every request, and with the lesson's settings most terms are 0)."""
+    return sum(c * t.basis(step, rates) for t in TERMS if (c := t.coefficient(rates)))
 
 
 def prompt_seconds(uncached: int, cached: int, rates: Rates, batch_tokens: int | None = None) -> float:
