@@ -162,9 +162,10 @@ def test_a_deeply_nested_profile_is_damaged_not_a_recursion_error(tmp_path: Path
 
 def worst_request_s(s: Settings) -> float:
     """The longest modelled time of one request these settings allow, by timing.py's own formula:
-    every split of --context-tokens into cached opening c, new tokens u and reply r, alone."""
-    model, c_max = s.timing, s.context_tokens
+    every split of --context-tokens (with seats, of a seat's share: a longer request is refused)
+    into cached opening c, new tokens u and reply r, alone (with seats, beside a stream in each)."""
     streams = s.seats or 1
+    model, c_max = s.timing, s.context_tokens // streams
     worst = 0.0
     for c in range(0, c_max + 1, c_max // 64):
         for u in range(1, c_max - c + 1, max((c_max - c) // 64, 1)):

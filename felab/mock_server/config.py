@@ -397,23 +397,24 @@ def problem(f: dataclasses.Field, value: Any) -> str | None:
 def term_bounds(s: Settings) -> list[tuple[str, float, float, str]]:
     """Each term's setting, its value, its bound and the bound's side ("at most", "at least"): the
     value at which the term takes TERM_SHARE_S on the longest request these settings allow (prompt
-    plus reply filling --context-tokens, C). From the cost terms (terms/), term by term:
+    plus reply filling --context-tokens, or with k seats one seat's share of it, C: a request longer
+    than its seat is refused, app.seat_reply_length). From the cost terms (terms/), term by term:
 
         prefill      C / prefill_tps                      prefill_tps >= C / share
         attention    attention · u·(c + u/2) <= attention · C²/2        <= 2 share / C²
         cached       cached_token_us · c <= cached_token_us · C         <= share / C
         last piece   untiled · rows·(c + u), rows < tile: <= untiled · (tile - 1) · C
-        decode       R · (1 + slowdown·(seats - 1)) / decode_tps, R <= C  (no seats: one stream)
-        decode ctx   decode_context · R · k·c, R + c <= C, k streams:  <= decode_context · k·C²/4
+        decode       R · (1 + slowdown·(k - 1)) / decode_tps, R <= C  (no seats: one stream)
+        decode ctx   decode_context · R · k·c (a step of k streams), R + c <= C:  <= decode_context · k·C²/4
     """
-    c, share = float(s.context_tokens), TERM_SHARE_S
-    streams = 1 + s.decode_slowdown * ((s.seats or 1) - 1)
+    k, share = s.seats or 1, TERM_SHARE_S
+    c, streams = s.context_tokens / k, 1 + s.decode_slowdown * (k - 1)
     bounds = [
         ("prefill_tps", s.prefill_tps, c / share, "at least"),
         ("prefill_attention_ns", s.prefill_attention_ns, 2 * share / c**2 * 1e9, "at most"),
         ("cached_token_us", s.cached_token_us, share / c * 1e6, "at most"),
         ("decode_tps", s.decode_tps, c * streams / share, "at least"),
-        ("decode_context_ns", s.decode_context_ns, 4 * share / ((s.seats or 1) * c**2) * 1e9, "at most"),
+        ("decode_context_ns", s.decode_context_ns, 4 * share / (k * c**2) * 1e9, "at most"),
     ]
     if s.tile_tokens > 1:
         bounds.append(("untiled_ns", s.untiled_ns, share / ((s.tile_tokens - 1) * c) * 1e9, "at most"))
@@ -423,13 +424,14 @@ def term_bounds(s: Settings) -> list[tuple[str, float, float, str]]:
 def too_slow(s: Settings) -> str | None:
     """The first term that would make the longest request take more than its part of a day, in a
     sentence naming the setting, its value and its bound here; None if every term keeps within."""
+    seat = f" / --seats {s.seats}" if s.seats else ""
     for name, value, bound, side in term_bounds(s):
         if (value < bound) if side == "at least" else (value > bound):
             f = next(f for f in dataclasses.fields(Settings) if f.name == name)
             return (
                 f"{flag(f)} {spell(f, value)} would make the longest request (a prompt and reply filling "
-                f"--context-tokens {s.context_tokens}) take more than a day: with that context it must be "
-                f"{side} {bound:.3g}. Give a value a real engine has, or a smaller --context-tokens."
+                f"--context-tokens {s.context_tokens}{seat}) take more than a day: with that context it must "
+                f"be {side} {bound:.3g}. Give a value a real engine has, or a smaller --context-tokens."
             )
     return None
 
