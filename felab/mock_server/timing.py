@@ -104,7 +104,8 @@ class TimingModel:
     def prefilled_tokens(self, seconds: float, context_before: int = 0, most: int | None = None) -> int:
         """How many tokens `seconds` of prefill read after `context_before` (at most `most`):
         `read_s` turned back into tokens by bisection. One routine for every term: each adds time
-        with each token, so `read_s` only grows, and at least by 1 / prefill rate a token."""
+        with each token, so `read_s` only grows, and at least by 1 / prefill rate a token. (A
+        nanosecond's slack: a time summed another way, start + seconds - start, may lose a bit.)"""
         top = int((seconds + 1e-9) * self.prefill_tokens_per_s) + 1 if most is None else most
         fits = bisect.bisect_right(
             range(top + 1), seconds + 1e-9, key=lambda n: self.read_s(n, context_before)
