@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from felab.mock_server import serve, terms
-from felab.mock_server.config import DEFAULTS
+from felab.mock_server.config import DEFAULTS, Settings
 from felab.mock_server.profile import END_LINE, SCHEMA, ProfileError, read_settings
 from felab.mock_server.step import Piece, Step, prompt_steps
 from felab.mock_server.terms import TERMS, Term
@@ -81,9 +81,17 @@ def test_attention_split_into_pieces_sums_to_the_whole_prompts(
 
 
 def test_settings_from_coefficients_gives_the_settings_back() -> None:
-    got = terms.settings_from(terms.coefficients(LLAMA))
+    # The fit's answer is coefficients; settings_from turns them into the settings a profile
+    # writes (Settings' names), which give the same coefficients again.
+    twin = Settings(
+        prefill_tps=50_000.0, decode_tps=250.0, prefill_attention_ns=30.0, decode_slowdown=0.4,
+        cached_token_us=3.0, decode_context_ns=600.0, untiled_ns=560.0, batch_slowdown=0.15,
+    )  # fmt: skip
+    got = terms.settings_from(terms.coefficients(twin.timing))
     assert set(got) == {name for t in TERMS for name in t.settings} - {"ubatch_tokens", "tile_tokens"}
-    assert got == pytest.approx({name: getattr(LLAMA, name) for name in got})
+    assert got == pytest.approx({name: getattr(twin, name) for name in got})
+    again = dataclasses.replace(DEFAULTS, **got).timing
+    assert terms.coefficients(again) == pytest.approx(terms.coefficients(twin.timing))
 
 
 def fake_term() -> Term:
