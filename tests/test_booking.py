@@ -279,16 +279,20 @@ def test_a_cached_opening_costs_a_floor_per_cached_token_and_decode_slows_with_t
     model = PracticeModel(s)
     model.book(prompt(list(range(47)), 37), 5, arrival=0.0, now=0.0)
     short = model.book(prompt(list(range(47)), 50), 5, arrival=5.0, now=5.0)  # a question after it
-    cached = 47 * 64  # 3,008 tokens: the floor (60 ms) beats attention on 50 new tokens (1.5 ms)
-    assert short.ttft_s == pytest.approx(0.015 + 50 / 2500 + 20e-6 * cached)
+    cached = 47 * 64  # 3,008 tokens: each costs 20 µs (60 ms), added to attention on 50 new (1.5 ms)
+    attention = 10e-9 * 50 * (cached + 25)
+    assert short.ttft_s == pytest.approx(0.015 + 50 / 2500 + attention + 20e-6 * cached)
     assert short.interval_s == pytest.approx(1 / 400 + 500e-9 * (cached + 50))
     long_tail = model.book(prompt([*range(47), *range(900, 930)]), 1, arrival=9.0, now=9.0)
-    attention = 10e-9 * 1920 * (cached + 960)  # 1,920 new tokens: 76 ms of attention beats the 60 ms floor
-    assert long_tail.ttft_s == pytest.approx(0.015 + 1920 / 2500 + attention)
-    # prefilled_tokens inverts prefill_s, the floor included (hang-ups keep what was computed)
+    attention = 10e-9 * 1920 * (cached + 960)  # 1,920 new tokens: 76 ms of attention, and the 60 ms
+    assert long_tail.ttft_s == pytest.approx(0.015 + 1920 / 2500 + attention + 20e-6 * cached)
+    # prefilled_tokens inverts read_s, the cached tokens' cost included (hang-ups keep what was
+    # computed): before the cached tokens are paid for, no new token is read
     t = s.timing
     for u, c in [(50, 3008), (700, 3008), (3000, 0)]:
         assert t.prefilled_tokens(t.prefill_s(u, c), c) == u
+        assert t.prefilled_tokens(t.read_s(u // 2, c), c) == u // 2
+    assert t.prefilled_tokens(20e-6 * 3008 * 0.99, 3008) == 0
 
 
 def test_the_context_terms_at_zero_are_todays_model_exactly() -> None:

@@ -162,9 +162,10 @@ def test_a_deeply_nested_profile_is_damaged_not_a_recursion_error(tmp_path: Path
 
 def worst_request_s(s: Settings) -> float:
     """The longest modelled time of one request these settings allow, by timing.py's own formula:
-    every split of --context-tokens into cached opening c, new tokens u and reply r, alone."""
-    model, c_max = s.timing, s.context_tokens
+    every split of --context-tokens (with seats, of a seat's share: a longer request is refused)
+    into cached opening c, new tokens u and reply r, alone (with seats, beside a stream in each)."""
     streams = s.seats or 1
+    model, c_max = s.timing, s.context_tokens // streams
     worst = 0.0
     for c in range(0, c_max + 1, c_max // 64):
         for u in range(1, c_max - c + 1, max((c_max - c) // 64, 1)):
@@ -199,7 +200,9 @@ def test_every_term_at_its_bound_keeps_the_longest_request_within_a_day(
     at_bounds = {name: bound for name, _, bound, _ in term_bounds(base)}
     s = dataclasses.replace(base, **at_bounds)
     assert worst_request_s(s) <= DAY_S
-    assert worst_request_s(s) >= 0.5 * DAY_S  # and the bounds are not far tighter than a day
+    # and the bounds are not far tighter than a day: six terms, each at most a sixth of it, do not
+    # all peak on one request (attention at no cached opening, the cached tokens' cost at a full one)
+    assert worst_request_s(s) >= 0.4 * DAY_S
     for name, _, bound, side in term_bounds(base):  # one step past any bound is refused
         past = bound * (0.99 if side == "at least" else 1.01)
         with pytest.raises(ValueError, match=f"--{name.replace('_', '-')} .* must be {side}"):

@@ -15,7 +15,7 @@ from felab.mock_server import serve
 from felab.mock_server.config import DEFAULTS, MODEL, UNLIMITED, Settings
 from felab.mock_server.flags import command_line, fields, flag, read, spell, sweep_values, twin_fields
 from felab.mock_server.launch import practice_server
-from felab.mock_server.profile import END_LINE
+from felab.mock_server.profile import END_LINE, SCHEMA
 from felab.replay.command import replay_command
 from felab.replay.sweep import KNOBS
 
@@ -151,7 +151,7 @@ def test_each_twin_setting_still_works_in_a_profile(tmp_path: Path) -> None:
     lines = [f"{f.name} = {getattr(TWIN_VALUES, f.name)!r}" for f in fields() if f.name in TWIN]
     profile = tmp_path / "twin.toml"
     settings = "\n".join(["batch_tokens = 2048", 'cache_mode = "seat-prefix"', "seats = 4", *lines])
-    profile.write_text(f"[profile]\nschema = 2\n\n[settings]\n{settings}\n\n{END_LINE}\n")
+    profile.write_text(f"[profile]\nschema = {SCHEMA}\n\n[settings]\n{settings}\n\n{END_LINE}\n")
     seen: list[Settings] = []
     out = CliRunner().invoke(probe_command(seen), ["--profile", str(profile)])
     assert out.exit_code == 0, out.output

@@ -50,11 +50,11 @@ overhead's minute, is under a day. A profile (or flags) beyond it would book fir
 away, which no engine does and which timers cannot hold."""
 MAX_OVERHEAD_MS = 60_000.0
 """A minute: no engine's fixed cost per request (parsing, scheduling, the first decode step) is near it."""
-TERMS = 5
-"""The terms that grow with a request: prefill's linear term, attention or the cached floor (the
-larger of the two), the last piece of few rows, decode's linear term, decode's context term."""
+TERMS = 6
+"""The terms that grow with a request: prefill's linear term, attention, the cached tokens' cost,
+the last piece of few rows, decode's linear term, decode's context term."""
 TERM_SHARE_S = (DAY_S - MAX_OVERHEAD_MS / 1000) / TERMS
-"""Each term's part of the day on the longest request: 17,268 s (4.8 hours)."""
+"""Each term's part of the day on the longest request: 14,390 s (4.0 hours)."""
 
 MODEL, SERVER = "model", "server"
 """A setting's scope: MODEL settings shape the modelled engine and fleet (replay has them too,
@@ -104,7 +104,7 @@ class Settings:
         15.0, "fixed cost of every request (parsing, scheduling) before its prefill may start, ms",
         low=0, high=MAX_OVERHEAD_MS, column="overhead ms",
     )  # fmt: skip
-    # bound (term_bounds): at least context / TERM_SHARE_S, a full context's prompt read in 4.8 hours
+    # bound (term_bounds): at least context / TERM_SHARE_S, a full context's prompt read in 4.0 hours
     prefill_tps: float = setting(
         2500.0, "prefill rate, prompt tokens per second, one prompt at a time per replica",
         low=0, low_open=True, column="prefill tok/s",
@@ -125,14 +125,14 @@ class Settings:
         "1/decode-tps x (1 + slowdown x (streams - 1)) (0: streams do not slow each other)",
         low=0, high=10, column="decode slowdown", twin=True,
     )  # fmt: skip
-    # bound (term_bounds): at most TERM_SHARE_S / context, the floor after a full context cached
+    # bound (term_bounds): at most TERM_SHARE_S / context, what a full context cached costs
     cached_token_us: float = setting(
-        0.0, "least cost of each prompt token found in the cache, paid in the prefill of the request "
-        "that reuses it, µs: prefill after c cached tokens takes at least c x this beyond its rate, or "
-        "the attention term if larger (a few new tokens after a long cached opening; 0: none)",
+        0.0, "cost of each prompt token found in the cache, paid once in the prefill of the request "
+        "that reuses it, µs: prefill after c cached tokens takes c x this more (an engine copying a "
+        "cached prompt back into a seat, or offloaded blocks; 0: none)",
         low=0, column="cached µs", twin=True,
     )  # fmt: skip
-    # bound (term_bounds): at most 4 x TERM_SHARE_S / context²: R reply tokens after c, R·c <= context²/4
+    # bound (term_bounds): at most 4 x TERM_SHARE_S / (seats x context²): R·c <= context²/4 per stream
     decode_context_ns: float = setting(
         0.0, "what each prompt token adds to the time of every reply token, ns: decode attends to "
         "the whole context (0: decode does not slow with the prompt)",
@@ -186,8 +186,9 @@ class Settings:
         low=1, high=MAX_TOKENS, words={"none": None}, column="batch tokens",
     )  # fmt: skip
     batch_slowdown: float = setting(
-        0.0, "with --batch-tokens: how much longer a batch holding parts of several prompts takes than "
-        "its parts alone (0.15: 15% longer; 0: as long); calibrate measures it from prompts sent at once",
+        0.0, "with --batch-tokens: how much more each prompt token costs in a batch holding parts of "
+        "several prompts, as a share of its time at the prefill rate (0.15: 15% more; 0: the same); "
+        "calibrate measures it from prompts sent at once",
         low=-0.5, high=2.0, column="batch slowdown", twin=True,
     )  # fmt: skip
     host_cache_tokens: int = setting(
@@ -315,6 +316,7 @@ class Settings:
             ubatch_tokens=self.ubatch_tokens,
             tile_tokens=self.tile_tokens,
             untiled_ns=self.untiled_ns,
+            batch_slowdown=self.batch_slowdown,
         )
 
 
@@ -395,23 +397,24 @@ def problem(f: dataclasses.Field, value: Any) -> str | None:
 def term_bounds(s: Settings) -> list[tuple[str, float, float, str]]:
     """Each term's setting, its value, its bound and the bound's side ("at most", "at least"): the
     value at which the term takes TERM_SHARE_S on the longest request these settings allow (prompt
-    plus reply filling --context-tokens, C). From timing.py's formula, term by term:
+    plus reply filling --context-tokens, or with k seats one seat's share of it, C: a request longer
+    than its seat is refused, app.seat_reply_length). From the cost terms (terms/), term by term:
 
         prefill      C / prefill_tps                      prefill_tps >= C / share
         attention    attention · u·(c + u/2) <= attention · C²/2        <= 2 share / C²
-        cached floor cached_token_us · c <= cached_token_us · C         <= share / C
+        cached       cached_token_us · c <= cached_token_us · C         <= share / C
         last piece   untiled · rows·(c + u), rows < tile: <= untiled · (tile - 1) · C
-        decode       R · (1 + slowdown·(seats - 1)) / decode_tps, R <= C  (no seats: one stream)
-        decode ctx   decode_context · R · c, R + c <= C:  <= decode_context · C²/4
+        decode       R · (1 + slowdown·(k - 1)) / decode_tps, R <= C  (no seats: one stream)
+        decode ctx   decode_context · R · k·c (a step of k streams), R + c <= C:  <= decode_context · k·C²/4
     """
-    c, share = float(s.context_tokens), TERM_SHARE_S
-    streams = 1 + s.decode_slowdown * ((s.seats or 1) - 1)
+    k, share = s.seats or 1, TERM_SHARE_S
+    c, streams = s.context_tokens / k, 1 + s.decode_slowdown * (k - 1)
     bounds = [
         ("prefill_tps", s.prefill_tps, c / share, "at least"),
         ("prefill_attention_ns", s.prefill_attention_ns, 2 * share / c**2 * 1e9, "at most"),
         ("cached_token_us", s.cached_token_us, share / c * 1e6, "at most"),
         ("decode_tps", s.decode_tps, c * streams / share, "at least"),
-        ("decode_context_ns", s.decode_context_ns, 4 * share / c**2 * 1e9, "at most"),
+        ("decode_context_ns", s.decode_context_ns, 4 * share / (k * c**2) * 1e9, "at most"),
     ]
     if s.tile_tokens > 1:
         bounds.append(("untiled_ns", s.untiled_ns, share / ((s.tile_tokens - 1) * c) * 1e9, "at most"))
@@ -421,13 +424,14 @@ def term_bounds(s: Settings) -> list[tuple[str, float, float, str]]:
 def too_slow(s: Settings) -> str | None:
     """The first term that would make the longest request take more than its part of a day, in a
     sentence naming the setting, its value and its bound here; None if every term keeps within."""
+    seat = f" / --seats {s.seats}" if s.seats else ""
     for name, value, bound, side in term_bounds(s):
         if (value < bound) if side == "at least" else (value > bound):
             f = next(f for f in dataclasses.fields(Settings) if f.name == name)
             return (
                 f"{flag(f)} {spell(f, value)} would make the longest request (a prompt and reply filling "
-                f"--context-tokens {s.context_tokens}) take more than a day: with that context it must be "
-                f"{side} {bound:.3g}. Give a value a real engine has, or a smaller --context-tokens."
+                f"--context-tokens {s.context_tokens}{seat}) take more than a day: with that context it must "
+                f"be {side} {bound:.3g}. Give a value a real engine has, or a smaller --context-tokens."
             )
     return None
 

@@ -6,7 +6,7 @@ server and on `felab replay` reads it back as *defaults*: a flag given next to i
 still wins. The file's shape:
 
     [profile]                       # what it is: schema version, engine, model, date, machine, method
-    schema = 2
+    schema = 3
     [settings]                      # the practice server's settings, by their names in config.py
     prefill_tps = 52000.0
     prefill_attention_ns = 31.5
@@ -24,6 +24,13 @@ silently be the practice server's defaults; so a whole profile is recognised by 
 line, `END_LINE`, which calibrate always writes last (schema 2). A schema-1 profile (before
 that line: the shipped ones and older calibrate runs) is whole when another table follows
 its `[settings]`, as every schema-1 writer wrote one (`[fit]`, `[sources]`).
+
+Schema 3 is the cost terms' registry (felab/mock_server/terms/), where two settings changed
+meaning: `cached_token_us` is added to attention (it was the larger of the two), and
+`batch_slowdown` costs each prompt token of a batch shared by several prompts (it stretched
+the whole batch). A profile from an earlier felab that sets either is refused, with the
+calibrate command that measures its server again (`old_meaning`); one that sets neither means
+the same today and is read as it is.
 
 The standard library reads TOML from Python 3.11 (tomllib); 3.10 uses tomli, the same code
 as a package.
@@ -49,9 +56,14 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-SCHEMA = 2
+SCHEMA = 3
 """The profile layout this kit writes and reads. A later kit that changes it writes a larger number.
-2: the file ends with END_LINE. 1: the same tables, without it (still read: see the docstring)."""
+3: cached_token_us and batch_slowdown as the cost terms mean them (`REGISTRY`). 2: the file ends
+with END_LINE. 1: the same tables, without it (still read: see the docstring)."""
+REGISTRY = 3
+"""The first schema whose cached_token_us and batch_slowdown mean what the cost terms say."""
+CHANGED = ("cached_token_us", "batch_slowdown")
+"""The settings whose meaning changed at schema REGISTRY: in an earlier profile, refused unless 0."""
 END_LINE = "# end of the felab profile (a copy without this last line was cut short)"
 """The last line of every profile calibrate writes (schema 2): how a whole one is recognised."""
 END_MARK = "# end of the felab profile"
@@ -184,7 +196,33 @@ def read_settings(path: Path) -> dict[str, Any]:
     cut = cut_short(path, text, data)
     if cut:
         raise ProfileError(cut)
+    old = old_meaning(path, data, values)
+    if old:
+        raise ProfileError(old)
     return values
+
+
+def old_meaning(path: Path, data: dict[str, Any], values: dict[str, Any]) -> str | None:
+    """Why this profile, from an earlier felab, would give a wrong twin: it sets a setting whose
+    meaning changed (`CHANGED`); None if it sets none of them (it means today what it meant).
+    The advice is calibrate's command for the server the profile names, as far as it names it."""
+    about = data["profile"]
+    changed = [k for k in CHANGED if values.get(k)]
+    if about["schema"] >= REGISTRY or not changed:
+        return None
+    target, url = about.get("target"), about.get("measured_at")
+    named = isinstance(target, str) and re.fullmatch(r"[a-z][a-z0-9_-]*", target)
+    command = f"python -m felab calibrate --target {target if named else 'llamacpp'}"
+    if isinstance(url, str) and re.fullmatch(r"https?://[\w.:/-]+", url):
+        command += f" --base-url {url}"
+    which = "" if named else " (with the --target of the server it was measured on)"
+    return (
+        f"the profile {path} was made by an earlier felab (profile schema {about['schema']}), and it "
+        f"sets {' and '.join(changed)}, which this kit reads differently: cached_token_us is now added "
+        f"to attention's cost, not the larger of the two, and batch_slowdown costs each prompt token of "
+        f"a shared batch, not the whole batch. Its twin would be wrong. Run `{command}` again{which} "
+        f"to measure the server anew."
+    )
 
 
 def timing_of(settings: dict[str, Any]) -> TimingModel:

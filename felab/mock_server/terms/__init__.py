@@ -9,55 +9,18 @@ sum over its steps (`prompt_seconds`). Because every term is linear in its coeff
 time of any request is a linear function of the coefficients, given the steps it waited for:
 calibrate fits them all with one weighted least-squares fit over the basis sums.
 
-Adding a term: write its file (a `TERM`), and add it to `TERMS` below. Nothing else changes:
-the twin prices steps with `step_seconds`, the fit reads `basis`, the docs list `TERMS`.
+Adding a term: write its file (a `TERM`, a `Term` from terms/term.py, imported from there: the
+term's file never imports this registry), and add it to `TERMS` below. Nothing else changes: the
+twin prices steps with `step_seconds`, the fit reads `basis`, the docs list `TERMS`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Any
 
 from felab.mock_server.step import Step, prompt_steps
-
-
-class Rates(Protocol):
-    """The settings the terms read (TimingModel has them all)."""
-
-    prefill_tokens_per_s: float
-    decode_tokens_per_s: float
-    attention_ns: float
-    decode_slowdown: float
-    cached_token_us: float
-    decode_context_ns: float
-    ubatch_tokens: int | None
-    tile_tokens: int
-    untiled_ns: float
-    batch_slowdown: float
-
-
-@dataclass(frozen=True)
-class Term:
-    """One cost term: coefficient(settings) × basis(step) seconds, in every step."""
-
-    name: str
-    settings: tuple[str, ...]
-    """The settings (Settings fields, profile keys) that give its coefficient."""
-    basis: Callable[[Step, Rates], float]
-    """Its basis function: what in a step it is proportional to (it may read structural
-    settings, such as the ubatch size, from the rates)."""
-    coefficient: Callable[[Rates], float]
-    """Seconds per unit of its basis, from the settings."""
-    values: Callable[[Mapping[str, float]], dict[str, Any]]
-    """The inverse: its settings' values from the fitted coefficients (all of them, by term
-    name: a term may scale another's, as the slowdowns scale the rates)."""
-    probe: str
-    """The calibrate probe whose timings expose it."""
-    meaning: str
-    """One line for the docs and --help-twin."""
-    formula: str
-    """Its part of the step's time, as the docs print it."""
+from felab.mock_server.terms.term import Rates, Term
 
 
 def _registry() -> tuple[Term, ...]:
@@ -99,8 +62,9 @@ def coefficients(rates: Rates) -> dict[str, float]:
 
 
 def step_seconds(step: Step, rates: Rates) -> float:
-    """What `step` costs: the sum of its terms."""
-    return sum(t.coefficient(rates) * t.basis(step, rates) for t in TERMS)
+    """What `step` costs: the sum of its terms (a term at 0 is not asked its basis: a
+    replay prices every request, and with the lesson's settings most terms are 0)."""
+    return sum(c * t.basis(step, rates) for t in TERMS if (c := t.coefficient(rates)))
 
 
 def prompt_seconds(uncached: int, cached: int, rates: Rates, batch_tokens: int | None = None) -> float:

@@ -7,7 +7,7 @@ token than the same question read cold. Split into pieces, the sum over pieces i
 the prompt's whole u·(c + u/2).
 """
 
-from felab.mock_server.terms import Term
+from felab.mock_server.terms.term import Term
 
 TERM = Term(
     name="attention",

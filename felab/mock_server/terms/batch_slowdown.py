@@ -4,7 +4,7 @@ llama.cpp splits such a batch into smaller equal pieces per seat, each a pass of
 its prompt tokens cost batch_slowdown more each (relative to the prefill rate).
 """
 
-from felab.mock_server.terms import Term
+from felab.mock_server.terms.term import Term
 
 TERM = Term(
     name="batch_slowdown",

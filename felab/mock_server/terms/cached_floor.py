@@ -5,7 +5,7 @@ the engine copies or re-reads them (llama.cpp's --cache-ram copy back into a sea
 offloaded blocks). 0 unless a fit finds it improves the held-out error.
 """
 
-from felab.mock_server.terms import Term
+from felab.mock_server.terms.term import Term
 
 TERM = Term(
     name="cached_floor",

@@ -3,7 +3,7 @@
 Each stream's token in a step costs decode_context_ns per token of its context.
 """
 
-from felab.mock_server.terms import Term
+from felab.mock_server.terms.term import Term
 
 TERM = Term(
     name="decode_context",

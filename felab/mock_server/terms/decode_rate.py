@@ -3,7 +3,7 @@
 One stream alone writes decode_tokens_per_s tokens a second: each token is a step.
 """
 
-from felab.mock_server.terms import Term
+from felab.mock_server.terms.term import Term
 
 TERM = Term(
     name="decode_rate",

@@ -3,7 +3,7 @@
 k streams decoding at once: each token gap is (1 + decode_slowdown·(k − 1)) / decode rate.
 """
 
-from felab.mock_server.terms import Term
+from felab.mock_server.terms.term import Term
 
 TERM = Term(
     name="decode_slowdown",

@@ -3,7 +3,7 @@
 The lesson's whole prefill model: a cold 3,045-token prompt at 2,500 tokens/s takes 1.22 s.
 """
 
-from felab.mock_server.terms import Term
+from felab.mock_server.terms.term import Term
 
 TERM = Term(
     name="prefill_rate",
