@@ -9,7 +9,8 @@ is rewritten; the prose around it stays the writer's:
 
 (`# generated: NAME` / `# end generated: NAME` in `.env.example`.) Each block is a function of
 the code: the practice server's flags from `Settings` (one description per setting, its
-`setting()` declaration), the targets table and `.env.example`'s addresses from the engine
+`setting()` declaration), its cost terms from the registry (`felab.mock_server.terms.TERMS`),
+the targets table and `.env.example`'s addresses from the engine
 registry, the troubleshooting page's index from the messages the code can print.
 `python -m felab.docs_gen --check` changes nothing and exits 1 naming each block
 that is out of date; `tests/test_docs_gen.py` runs that check, so a stale table fails the tests.
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from felab.engine_families import ENGINES
 from felab.message_scan import raised_messages
+from felab.mock_server import terms
 from felab.mock_server.config import DEFAULTS, SERVER, Settings, flag, spell, unit_of
 from felab.paths import KIT_ROOT
 
@@ -65,6 +67,21 @@ def practice_server_flags() -> str:
 def twin_flags() -> str:
     """The flags of a calibrated twin (`python -m felab.mock_server --help-twin`)."""
     return flag_table(twin=True)
+
+
+def cost_terms() -> str:
+    """The twin's cost terms, one row each, from the registry (`felab/mock_server/terms/`): the
+    settings it reads, its part of a step's time (`Term.formula`), the calibrate probe that
+    exposes it and what it means. Read at call time, so a term added to `TERMS` is a new row."""
+    rows = [
+        "| term | settings | its part of a step's time | probe | meaning |",
+        "|---|---|---|---|---|",
+    ]
+    for term in terms.TERMS:
+        settings = ", ".join(f"`{name}`" for name in term.settings)
+        part = f"`{cell(term.formula)}`"
+        rows.append(f"| {term.name} | {settings} | {part} | {cell(term.probe)} | {cell(term.meaning)} |")
+    return "\n".join(rows)
 
 
 def targets_table() -> str:
@@ -129,6 +146,7 @@ class Block:
 BLOCKS = (
     Block("docs/practice-server.md", "practice-server-flags", practice_server_flags),
     Block("docs/practice-server.md", "twin-flags", twin_flags),
+    Block("docs/practice-server.md", "cost-terms", cost_terms),
     Block("README.md", "targets", targets_table),
     Block(".env.example", "target-addresses", env_addresses, comment="hash"),
     Block("docs/troubleshooting.md", "index", troubleshooting_index),

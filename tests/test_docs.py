@@ -121,3 +121,17 @@ def test_the_link_checker_catches_a_missing_file_heading_or_pointed_section(tmp_
     assert "no file ../gone.md" in text and "no heading #the-report-card\n" in text + "\n"
     assert "no heading #not-a-heading" in text
     assert 'docs/page.md has no heading "A calibrated twin"' in text and "no file docs/gone.md" in text
+
+
+def test_the_runs_index_names_every_run_and_every_file_beside_them() -> None:
+    # docs/runs/README.md is the way in: each run page is a row of its index, and each profile
+    # or picture a run made is linked from its run's page, so nothing there is left unfound.
+    runs = KIT_ROOT / "docs" / "runs"
+    linked_from = {
+        page.name: set(re.findall(r"\]\(([^)#\s]+)", page.read_text(encoding="utf-8")))
+        for page in runs.glob("*.md")
+    }
+    indexed = linked_from.pop("README.md")
+    found = indexed | {name for page in indexed & set(linked_from) for name in linked_from[page]}
+    unfound = sorted(p.name for p in runs.iterdir() if p.name != "README.md" and p.name not in found)
+    assert not unfound, f"docs/runs/README.md leads to none of {unfound}: add a row (or a link from its run)"

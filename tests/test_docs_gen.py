@@ -1,7 +1,7 @@
 """The docs' tables that restate code are written from it (felab/docs_gen.py, `make docs`): each is
-up to date, a stale one is found, and the flag table is complete (every flag of the server, every
-setting; the settings replay takes, replay's flags). One description per setting: a profile's
-meanings are the settings' own help and unit."""
+up to date, a stale one is found (a term added to the registry too), and the flag table is
+complete (every flag of the server, every setting; the settings replay takes, replay's flags).
+One description per setting: a profile's meanings are the settings' own help and unit."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from felab import docs_gen
+from felab.mock_server import terms
 from felab.mock_server.config import Settings, flag, unit_of
 from felab.paths import KIT_ROOT
 
@@ -44,6 +45,23 @@ def test_a_file_without_its_markers_is_refused_not_rewritten(copy_of_the_kit: Pa
     env.write_text(env.read_text(encoding="utf-8").replace("# end generated: target-addresses\n", ""))
     with pytest.raises(docs_gen.MissingMarkers, match="end generated: target-addresses"):
         docs_gen.stale(copy_of_the_kit)
+
+
+def test_a_term_added_to_the_registry_makes_the_cost_term_table_stale(
+    copy_of_the_kit: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The page's term table is the registry's (felab/mock_server/terms/): one row per term, in
+    # its order, with its formula; a new term is a new row, and the tests fail until `make docs`.
+    docs_gen.update(copy_of_the_kit)
+    page = (copy_of_the_kit / "docs" / "practice-server.md").read_text(encoding="utf-8")
+    block = page.split("<!-- generated: cost-terms", 1)[1].split("<!-- end generated", 1)[0]
+    rows = re.findall(r"^\| (\w+) \| .* \| `(.+)` \| .+ \| .+ \|$", block, re.M)
+    assert rows == [(t.name, docs_gen.cell(t.formula)) for t in terms.TERMS]
+    new = dataclasses.replace(terms.TERMS[0], name="host_restore", formula="host_restore_us · restored")
+    monkeypatch.setattr(terms, "TERMS", (*terms.TERMS, new))
+    assert docs_gen.stale(copy_of_the_kit) == ["docs/practice-server.md: cost-terms"]
+    assert docs_gen.update(copy_of_the_kit) == ["docs/practice-server.md: cost-terms"]
+    assert "| host_restore |" in (copy_of_the_kit / "docs" / "practice-server.md").read_text(encoding="utf-8")
 
 
 def flags_in_table(name: str = "practice-server-flags") -> dict[str, str]:
