@@ -393,11 +393,12 @@ KNOWN = {
 LLAMA_LIKE = (
     "--batch-tokens=2048",
     "--seats=4",
+    "--context-tokens=32768",
     "--ubatch-tokens=512",
     "--tile-tokens=64",
     "--untiled-ns=600",
 )
-"""llama.cpp's batches and seats, and its slow last piece of few rows."""
+"""llama.cpp's batches and seats (the kit's -c 32768 -np 4), and its slow last piece of few rows."""
 
 
 @pytest.mark.parametrize(("more", "batch"), [((), None), (LLAMA_LIKE, 2048)], ids=["none", "llama-like"])

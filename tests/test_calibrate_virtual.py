@@ -69,7 +69,17 @@ class VirtualProber(Prober):
         return [self._sample(m, b) for m, b in zip(batches, booked, strict=True)]
 
 
-LLAMA_LIKE = {"batch_tokens": 2048, "seats": 4, "ubatch_tokens": 512, "tile_tokens": 64, "untiled_ns": 600.0}
+LLAMA_LIKE = {
+    "batch_tokens": 2048,
+    "seats": 4,
+    "context_tokens": 32_768,
+    "ubatch_tokens": 512,
+    "tile_tokens": 64,
+    "untiled_ns": 600.0,
+}
+"""The kit's llama-server (-c 32768 -np 4): its batches, its seats, its slow last piece of few rows.
+(Its context: with the default 131,072, the registry's decode step puts a context term of 2,000 ns
+over the practice server's bound on the longest request, once the twin reads the registry.)"""
 ONE_STREAM = Plan(6400, decode_streams=(1,))
 """The plan with decode measured one stream at a time. The booking model fixes a stream's count
 when it is booked (the first of 4 sent at once is booked alone, the last with 3 decoding), so
