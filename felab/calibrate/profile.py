@@ -105,19 +105,20 @@ def gap(s: Sample, streams: int) -> fit.Observation | None:
 
 
 def observations(m: Measurements, half: int | None = None) -> list[fit.Observation]:
-    """What the fit reads: the cold prompts (each length's repeats as one observation, their median:
-    a prompt measured once can be caught by a busy moment), each opening cold and then again with
-    new text after it, the rows probe's calls, and the replies' times per token (1 to 4 streams at
-    once, and the follow-ups' after a long opening). `half` 0 or 1: that half of them, for the
-    held-out error (each length's repeats alternately, or the lengths, where each was sent once;
-    the other calls alternately); None: all."""
+    """What the fit reads: the cold prompts (each length's repeats as one observation, their median),
+    each opening sent again with new text after it, the rows probe's calls, and the replies' times
+    per token (1 to 4 streams at once, and the follow-ups' after a long opening). Not the first
+    call, nor an opening's cold call: a long prompt measured once can be caught by a busy moment
+    and bend the cold curve, which the cold repeats give. `half` 0 or 1: that half of them, for
+    the held-out error (each length's repeats alternately, or the lengths, where each was sent
+    once; the other calls alternately); None: all."""
     groups = [g for g in m.cold if g]
     if half is not None:
         groups = [g[half::2] for g in groups] if all(len(g) > 1 for g in groups) else groups[half::2]
     warm = [s for o in m.openings for s in o.warm if s.cached_tokens is not None]
     rows = [s for s in m.rows if s.cached_tokens is not None]
-    prompts = [alone(s) for s in [*(o.cold for o in m.openings), *warm, *rows]]
-    replies = [s for s in warm if s.output_tokens >= FOLLOW_UP_MAX_TOKENS // 2]
+    prompts = [alone(s) for s in [*warm, *rows]]
+    replies = [s for o in m.openings for s in o.warm if s.output_tokens >= FOLLOW_UP_MAX_TOKENS // 2]
     gaps = [gap(s, k) for k, got in m.decode.items() for s in got] + [gap(s, 1) for s in replies]
     rest = prompts + [g for g in gaps if g is not None]
     return cold_lengths(groups) + (rest if half is None else rest[half::2])
@@ -243,12 +244,13 @@ def build(
         "prefill_points": len(residuals),
         "ttft_residual_median_pct": fit.sig(fit.median(residuals), 2),
         "ttft_residual_max_pct": fit.sig(max(residuals), 2),
-        "held_out_error_pct": fit.sig(found.held_out_pct, 2),
         "formula": "TTFT = overhead + the sum over the prompt's steps of each term's coefficient × basis "
         "(felab/mock_server/terms/)",
         "overhead_fitted_ms": fit.sig(found.overhead_ms),
         "delivery_subtracted_ms": fit.sig(delivery_ms),
     }
+    if math.isfinite(found.held_out_pct):  # (not where a half of the measurements cannot be fitted)
+        fitted["held_out_error_pct"] = fit.sig(found.held_out_pct, 2)
     doubts = evidence.warnings(m, settings, fitted, load)
     if doubts:
         fitted["warnings"] = doubts
