@@ -11,10 +11,10 @@ from felab.mock_server.terms import Term
 
 TERM = Term(
     name="attention",
-    settings=("attention_ns",),
+    settings=("prefill_attention_ns",),
     basis=lambda step, rates: sum(p.new * (p.context + p.new / 2) for p in step.pieces),
     coefficient=lambda rates: rates.attention_ns * 1e-9,
-    values=lambda c: {"attention_ns": c["attention"] * 1e9},
+    values=lambda c: {"prefill_attention_ns": c["attention"] * 1e9},
     probe="cold, openings",
     meaning="each new token attends to the tokens before it",
     formula="attention_ns · Σ new · (context + new / 2)",
