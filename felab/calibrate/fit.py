@@ -59,12 +59,6 @@ OVERHEAD = "overhead"
 """The intercept's column: a request's fixed cost, ms."""
 ALWAYS = (OVERHEAD, "prefill_rate", "decode_rate")
 """Fitted whatever the held-out error says: a profile needs an overhead and both rates."""
-PROFILE_NAMES = {
-    "prefill_tokens_per_s": "prefill_tps",
-    "attention_ns": "prefill_attention_ns",
-    "decode_tokens_per_s": "decode_tps",
-}
-"""The registry's settings (TimingModel's names) that a profile writes under config.Settings' names."""
 NO_RATE = 1e9
 """The prefill rate written when the time did not grow with the prompt at all (the rate's term came out
 0): a rate the server accepts, which evidence.refusals then refuses to write as a profile."""
@@ -208,16 +202,13 @@ class TermsFit:
         return self.x.get(OVERHEAD, 0.0)
 
     def settings(self) -> dict[str, Any]:
-        """The settings (config.py's names, 3 significant digits) the coefficients give: the prefill
+        """The settings (3 significant digits) the coefficients give, by the registry: the prefill
         terms always, the row-by-row piece's where kept, decode's where measured."""
         c = {n: v / 1000 for n, v in self.x.items() if n != OVERHEAD}  # seconds per unit
         names = ["prefill_rate", "attention", "cached_floor"]
         names += ["untiled"] if c.get("untiled") else []
         names += ["decode_rate", "decode_slowdown", "decode_context"] if c.get("decode_rate") else []
-        out = {
-            PROFILE_NAMES.get(k, k): sig(v)
-            for k, v in terms.settings_from({n: c.get(n, 0.0) for n in names}).items()
-        }
+        out = {k: sig(v) for k, v in terms.settings_from({n: c.get(n, 0.0) for n in names}).items()}
         out.setdefault("prefill_tps", NO_RATE)
         if c.get("untiled"):
             out |= {"tile_tokens": self.tile_tokens}
@@ -226,11 +217,10 @@ class TermsFit:
 
 
 def setting(name: str, x: Mapping[str, float]) -> tuple[str, float]:
-    """A term's (first) setting, by the profile's name, and its value from the fitted `x`."""
+    """A term's (first) setting and its value from the fitted `x`."""
     term = next(t for t in TERMS if t.name == name)
     key = term.settings[0]
-    value = term.values({n: v / 1000 for n, v in x.items()}).get(key, 0.0)
-    return PROFILE_NAMES.get(key, key), float(value)
+    return key, float(term.values({n: v / 1000 for n, v in x.items()}).get(key, 0.0))
 
 
 def fit_terms(full: Data, halves: tuple[Data, Data]) -> TermsFit:
