@@ -21,9 +21,10 @@ settings (`terms.settings_from`); the overhead is the intercept.
   calls alternately); each half is fitted and scored on the other, and the root mean square
   of the two weighted (so relative) errors is the held-out error. Each optional term, in the
   registry's order, is dropped unless the held-out error with it is at least KEEP_GAIN smaller
-  than without it: a term that follows the noise between repeats does not predict the other
-  half (a busy machine gave a cached-token cost of 46 µs, and 2 to 4 on a quiet one). The
-  overhead and the two rates are always fitted. Every term dropped is said (`TermsFit.left_out`).
+  than without it, scored on the kind of time it is in (TTFTs, or the replies' gaps: they share
+  no term): a term that follows the noise between repeats does not predict the other half (the
+  issue's busy machine gave a cached-token cost of 46 µs, 2 to 4 on a quiet one). The overhead
+  and the two rates are always fitted. Every term dropped is said (`TermsFit.left_out`).
 - Structure: a basis may read settings that are not coefficients (`ubatch_tokens`, `tile_tokens`:
   which last pieces are read row by row). Each pair of candidates is fitted as above, and the
   lowest held-out error wins if it is clearly lower than with no piece read row by row
@@ -161,20 +162,25 @@ class Data:
         x = nonnegative([[r.get(n, 0.0) for n in cols] for r in self.rows], self.ms, self.w)
         return dict(zip(cols, x, strict=True))
 
-    def error(self, x: Mapping[str, float]) -> float:
-        """The root mean weighted squared error of `x`'s times: about their relative error."""
-        sq = sum(w * (fitted_ms(r, x) - y) ** 2 for r, y, w in zip(self.rows, self.ms, self.w, strict=True))
-        return math.sqrt(sq / max(len(self.ms), 1))
+    def error(self, x: Mapping[str, float], kind: bool | None = None) -> float:
+        """The root mean weighted squared error of `x`'s times: about their relative error (`kind`:
+        of the TTFTs only, True, or the replies' gaps only, False)."""
+        got = [
+            w * (fitted_ms(r, x) - y) ** 2
+            for r, y, w in zip(self.rows, self.ms, self.w, strict=True)
+            if kind is None or r[OVERHEAD] == kind
+        ]
+        return math.sqrt(sum(got) / max(len(got), 1))
 
 
-def held_out(halves: tuple[Data, Data], names: Sequence[str]) -> float:
-    """Each half fitted with these columns and scored on the other: the root mean square of the two
-    errors (inf: a half cannot tell the columns apart)."""
+def held_out(halves: tuple[Data, Data], names: Sequence[str], kind: bool | None = None) -> float:
+    """Each half fitted with these columns and scored on the other (`kind`: as `Data.error`): the
+    root mean square of the two errors (inf: a half cannot tell the columns apart)."""
     try:
         first, second = halves[0].solve(names), halves[1].solve(names)
     except ValueError:
         return math.inf
-    return math.sqrt((halves[1].error(first) ** 2 + halves[0].error(second) ** 2) / 2)
+    return math.sqrt((halves[1].error(first, kind) ** 2 + halves[0].error(second, kind) ** 2) / 2)
 
 
 def improves(with_term: float, without: float) -> bool:
@@ -233,19 +239,21 @@ def fit_terms(full: Data, halves: tuple[Data, Data]) -> TermsFit:
         if v == 0.0 and n not in ALWAYS
     ]
     active = [n for n, v in x.items() if v > 0]
-    error = held_out(halves, active)
     for name in [n for n in active if n not in ALWAYS]:
+        # Scored on the kind of time its column is in: the TTFTs and the gaps share no term, so a
+        # decode term changes no TTFT, and the prompts' noise must not hide what it does to the gaps.
+        kind = any(r.get(name) for r in full.rows if r[OVERHEAD])
         without = [n for n in active if n != name]
-        error_without = held_out(halves, without)
+        error, error_without = held_out(halves, active, kind), held_out(halves, without, kind)
         if not improves(error, error_without):
             shown, value = setting(name, x)
             left.append(
-                f"{shown} fitted at {sig(value):g} was left out: it did not make the held-out error "
-                f"{KEEP_GAIN:.0%} smaller ({error:.2%} with it, {error_without:.2%} without; each half of "
-                f"the measurements fitted, scored on the other)"
+                f"{shown} fitted at {sig(value):g} was left out: it did not make the held-out error of the "
+                f"{'TTFTs' if kind else 'times per reply token'} {KEEP_GAIN:.0%} smaller ({error:.2%} with "
+                f"it, {error_without:.2%} without; each half of the measurements fitted, scored on the other)"
             )
-            active, error = without, error_without
-    return TermsFit(full.solve(active), held_out_pct=100 * error, left_out=tuple(left))
+            active = without
+    return TermsFit(full.solve(active), held_out_pct=100 * held_out(halves, active), left_out=tuple(left))
 
 
 TILE_CANDIDATES = (16, 32, 64, 128, 256)
