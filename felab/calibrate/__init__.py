@@ -8,7 +8,7 @@ Read in this order:
                  a reply with no text counted and sent again
     counting.py  how the engine counts tokens: its tokenizer file, or characters fitted on varied text
     figures.py   each reply's figures checked as they arrive: the first lie stops calibrate
-    fit.py       least squares, closed form: the timing terms from the measurements
+    fit.py       one weighted least squares over the cost terms' basis sums (mock_server/terms/)
     evidence.py  how far the fit can be trusted: a busy machine, values no engine has, a fit that misses
     profile.py   the fitted settings and how they were found, written as a TOML profile
     save.py      where the profile goes (--out) and how: whole or not at all, never over a non-profile

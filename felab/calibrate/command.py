@@ -140,7 +140,7 @@ def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) ->
         )
     st = profile.settings
     say(
-        f"after a cached opening: at least {st['cached_token_us']} µs per cached token in the prefill "
+        f"after a cached opening: {st['cached_token_us']} µs more per cached token in the prefill "
         f"that reuses it; each reply token {st.get('decode_context_ns', 0)} ns slower per prompt token."
     )
     say(f"a last piece of few rows: {found['rows_probe'].split(';')[0]}.")

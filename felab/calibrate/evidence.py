@@ -31,6 +31,7 @@ from typing import Any
 
 from felab.calibrate import fit
 from felab.calibrate.plan import Measurements
+from felab.mock_server.profile import timing_of, worded
 
 BUSY_SHARE = 0.5
 """A repeat this far from its length's median (a share of it) was disturbed: on a quiet machine
@@ -95,15 +96,19 @@ def invisible(m: Measurements, settings: dict[str, Any]) -> str | None:
         return None
     u = longest[0].uncached
     ms = fit.median([s.ttft_ms for s in longest])
-    prefill = fit.predict_ms(
-        0.0, float(settings["prefill_tps"]), float(settings["prefill_attention_ns"]), u, 0
-    )
+    prefill = prefill_ms(settings, u)
     if ms <= 0 or prefill >= PREFILL_VISIBLE * ms:
         return None
     return (
         f"prefill of {prefill:.1f} ms in the {ms:.0f} ms of a {u:,}-token cold prompt: the time "
         f"did not grow with the prompt's length"
     )
+
+
+def prefill_ms(settings: dict[str, Any], tokens: int) -> float:
+    """What the settings give a cold prompt of `tokens` for its prefill (the twin's formula, the
+    registry's terms: no overhead), ms."""
+    return 1000 * timing_of({k: worded(k, v) for k, v in settings.items()}).prefill_s(tokens)
 
 
 def refusals(m: Measurements, settings: dict[str, Any]) -> list[str]:
@@ -142,9 +147,7 @@ def warnings(
     if groups and float(fitted["overhead_fitted_ms"]) <= 0:
         short = min(groups, key=lambda g: g[0].uncached)
         ms = fit.median([s.ttft_ms for s in short])
-        formula = fit.predict_ms(
-            0.0, float(settings["prefill_tps"]), float(settings["prefill_attention_ns"]), short[0].uncached, 0
-        )
+        formula = prefill_ms(settings, short[0].uncached)
         if ms > OVERHEAD_SHORT_RATIO * formula:
             out.append(
                 f"the overhead was fitted at 0, yet a {short[0].uncached:,}-token prompt took {ms:.0f} ms "

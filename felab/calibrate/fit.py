@@ -1,91 +1,68 @@
-"""Least squares, closed form: the timing terms from what the probes measured.
+"""Least squares, closed form: the practice server's cost terms from what the probes measured.
 
-Small fits, each solved exactly (normal equations, Gaussian
-elimination; no numpy, which a learner's core install does not have):
+One weighted least-squares fit over the registry's basis functions (felab/mock_server/terms/).
+Each term is a coefficient times a basis function of an engine step (step.py), so a measured
+time is linear in the coefficients once the steps it spanned are known:
 
-    TTFT_ms ≈ overhead_ms + u · 1000 / prefill_tps + attention_ns·1e-6 · u · (c + u/2)
+    TTFT of a prompt read alone ≈ overhead + Σ over its steps (step.prompt_steps) Σ coefficient · basis
+    a reply's time per token    ≈ Σ coefficient · basis of Step(decodes=(its context,) · streams)
 
-        u = uncached tokens (prefilled now), c = tokens already in context before them.
-        Each new token attends to every token before it, so reading u tokens after c
-        costs a term in u·(c + u/2) (the sum of c+1 ... c+u, over 1, per token): the
-        quadratic growth of a long cold prompt and the extra cost of a question read
-        after a long cached opening are the same term.
+An observation is one row, [1 (the overhead; 0 for a reply's gap)] + [each term's basis summed
+over its steps], and the fit solves the normal equations by Gaussian elimination (no numpy,
+which a learner's core install does not have). The registry turns the coefficients back into
+settings (`terms.settings_from`); the overhead is the intercept.
 
-    reuse: TTFT_ms ≈ overhead_ms + u · 1000 / prefill_tps + max(attention, cached_token_us·1e-3 · c)
-        after c cached tokens (timing.py's floor): each follow-up's time beyond the linear term,
-        per cached token; their median (a follow-up where attention is the larger gives only
-        an upper bound, and most follow-ups carry a few new tokens, where the floor holds).
+- Weights: 1/(TTFT + 10 ms)², 1/gap² for a reply's gap: the errors that count are relative
+  (a 5 ms miss on a 40 ms prompt matters about as much as 100 ms on 800 ms).
+- Never below 0: a term that comes out negative (noise, where it is too small to see) is
+  dropped and the others fitted again, so every setting is one the server accepts.
+- Held out: a term is kept only if it predicts what it was not fitted on. The observations are
+  split in two halves (each cold length's repeats alternately, a median per half; the other
+  calls alternately); each half is fitted and scored on the other, and the root mean square
+  of the two weighted (so relative) errors is the held-out error. Each optional term, in the
+  registry's order, is dropped unless the held-out error with it is at least KEEP_GAIN smaller
+  than without it, scored on the kind of time it is in (TTFTs, or the replies' gaps: they share
+  no term): a term that follows the noise between repeats does not predict the other half (the
+  issue's busy machine gave a cached-token cost of 46 µs, 2 to 4 on a quiet one). The overhead
+  and the two rates are always fitted. Every term dropped is said (`TermsFit.left_out`).
+- Structure: a basis may read settings that are not coefficients (`ubatch_tokens`, `tile_tokens`:
+  which last pieces are read row by row). Each pair of candidates is fitted as above, and the
+  lowest held-out error wins if it is clearly lower than with no piece read row by row
+  (STRUCTURE_SHARE).
 
-    rows: TTFT_ms ≈ a + b · u + d · u² + untiled_ns·1e-6 · rows(u) · (c + u)   (one cached opening, c)
-        rows(u) = u mod ubatch_tokens when below tile_tokens, else 0 (timing.py's last piece):
-        each pair of candidates is fitted, and kept only if it halves the weighted squared error
-        of the same fit without it (a + b·u + d·u² alone: c is the same for every call, so the attention
-        term's u·c is part of b·u).
-
-    interval(k) ≈ interval(1) · (1 + decode_slowdown · (k − 1))    k streams decoding at once
-    interval(context) ≈ interval(1) + decode_context_ns·1e-6 · context     after a long prompt
-
-    prompt_tokens ≈ characters / chars_per_token                   how the engine counts text
-
-Timing fits are weighted by 1/(TTFT + 10 ms): the errors that count are relative (a 5 ms
-miss on a 40 ms prompt matters about as much as 100 ms on 800 ms). A term that comes out
-negative (noise on a machine where it is too small to see) is set to 0 and the
-others fitted again without it, so every setting stays one the server accepts.
-
-The batch size (`batch_tokens`) and how much longer a batch shared by several prompts takes
-(`batch_slowdown`) have no formula to solve: each pair of candidates is tried in the twin's
-own lane (profile.py books the prompts sent at once), and the nearest wins.
+The batch size (`batch_tokens`) and how much longer a step shared by several prompts takes
+(`batch_slowdown`) are found by a search in the twin's own lane (profile.py books the prompts
+sent at once; `batch_tokens` below): a prompt read alone is never in a shared step, and its
+basis sums are the same for any batch size that is a multiple of its pieces.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
-from felab.mock_server.timing import TimingModel
+from felab.mock_server import terms
+from felab.mock_server.config import DEFAULTS
+from felab.mock_server.step import Step
+from felab.mock_server.terms import TERMS, Rates
 
 RELATIVE_FROM_MS = 10.0
 """Errors are weighed relative to TTFT + this: a few ms of a busy machine's noise on a 20 ms prompt
 should not outweigh the long prompts."""
-
-
-@dataclass(frozen=True)
-class Point:
-    """One prefill measurement: uncached tokens, tokens in context before them, TTFT (ms)."""
-
-    uncached: int
-    context: int
-    ttft_ms: float
-
-
-@dataclass(frozen=True)
-class PrefillFit:
-    overhead_ms: float
-    prefill_tps: float
-    """The twin's rate: per uncached token, and per prompt token (cached or not) charged to uncached ones."""
-    attention_ns: float
-    per_prompt_token_us: float
-    """Time per prompt token cached or not (templating, tokenizing, the lookup): the practice server
-    has no such term, so the twin charges it to uncached tokens only (in `prefill_tps`)."""
-    residuals_pct: tuple[float, ...]
-    """Each point's (the twin's prediction − measured) / measured, in %."""
-
-    def predict_ms(self, uncached: int, context: int = 0) -> float:
-        return predict_ms(self.overhead_ms, self.prefill_tps, self.attention_ns, uncached, context)
-
-
-def predict_ms(
-    overhead_ms: float, prefill_tps: float, attention_ns: float, uncached: int, context: int
-) -> float:
-    """The TTFT the prefill fit's three terms give one prompt alone (timing.py's formula without
-    its floor and its last piece of few rows, which are fitted apart: `fit_reuse`, `fit_untiled`)."""
-    return (
-        overhead_ms
-        + uncached * 1000 / prefill_tps
-        + attention_ns * 1e-6 * uncached * (context + uncached / 2)
-    )
+KEEP_GAIN = 0.02
+"""A term is kept when the held-out error with it is at least this share smaller than without it."""
+ROUNDING = 1e-9
+"""Held-out errors (relative) closer than this are equal: the rounding of exact measurements."""
+OVERHEAD = "overhead"
+"""The intercept's column: a request's fixed cost, ms."""
+ALWAYS = (OVERHEAD, "prefill_rate", "decode_rate")
+"""Fitted whatever the held-out error says: a profile needs an overhead and both rates."""
+NO_RATE = 1e9
+"""The prefill rate written when the time did not grow with the prompt at all (the rate's term came out
+0): a rate the server accepts, which evidence.refusals then refuses to write as a profile."""
 
 
 def solve(a: list[list[float]], b: list[float]) -> list[float]:
@@ -132,143 +109,188 @@ def nonnegative(rows: Sequence[Sequence[float]], y: Sequence[float], w: Sequence
     return [0.0] * len(rows[0])
 
 
-def fit_prefill(points: Sequence[Point], attention: bool = True) -> PrefillFit:
-    """Overhead, prefill rate, attention term (and the per-prompt-token cost) from TTFTs of
-    prompts read alone: cold ones, and ones after a cached opening (which tell a cost per
-    uncached token from one per prompt token, cached or not). `attention=False`: without the
-    attention term (0), where the evidence cannot carry it (profile.supported_attention)."""
-    if len({p.uncached for p in points}) < 3:
-        raise ValueError("need prompts of at least 3 different lengths")
-    rows = [
-        [1.0, float(p.uncached), p.uncached * (p.context + p.uncached / 2), float(p.uncached + p.context)]
-        for p in points
-    ]
-    y = [p.ttft_ms for p in points]
-    w = [1.0 / (v + RELATIVE_FROM_MS) ** 2 for v in y]  # relative errors, short prompts' noise damped
-    terms = [0, 1, 2, 3] if attention else [0, 1, 3]
+@dataclass(frozen=True)
+class Observation:
+    """One measured time (ms) and the engine steps it spanned."""
 
-    def solved(cols: list[int]) -> list[float]:
-        got = nonnegative([[r[i] for i in cols] for r in rows], y, w)
-        out = [0.0] * 4
-        for i, v in zip(cols, got, strict=True):
-            out[i] = v
+    ms: float
+    steps: tuple[Step, ...]
+    overhead: bool = True
+    """Whether it holds the overhead: a request's TTFT does, a gap between reply tokens does not."""
+
+    def row(self, rates: Rates) -> dict[str, float]:
+        """Its row of the fit: the overhead's 1 (or 0), and each term's basis summed over its steps."""
+        out = {OVERHEAD: 1.0 if self.overhead else 0.0}
+        for step in self.steps:
+            for name, value in terms.basis(step, rates).items():
+                out[name] = out.get(name, 0.0) + value
         return out
 
+    @property
+    def weight(self) -> float:
+        return 1.0 / (self.ms + (RELATIVE_FROM_MS if self.overhead else 0.0)) ** 2
+
+
+def fitted_ms(row: Mapping[str, float], x: Mapping[str, float]) -> float:
+    """A row's time by the fitted coefficients: Σ coefficient × basis, the registry's formula."""
+    return sum(v * row.get(name, 0.0) for name, v in x.items())
+
+
+@dataclass(frozen=True)
+class Data:
+    """Observations as the fit reads them, for one structure (`Observation.row`)."""
+
+    rows: list[dict[str, float]]
+    ms: list[float]
+    w: list[float]
+
+    @classmethod
+    def of(cls, observations: Sequence[Observation], rates: Rates) -> Data:
+        return cls(
+            [o.row(rates) for o in observations],
+            [o.ms for o in observations],
+            [o.weight for o in observations],
+        )
+
+    def solve(self, names: Sequence[str]) -> dict[str, float]:
+        """Weighted least squares over these columns, never below 0: ms per unit of each term's basis
+        (the overhead in ms); a column nothing measured is left out. ValueError: the observations
+        cannot tell the columns apart."""
+        cols = [n for n in names if any(r.get(n) for r in self.rows)]
+        if not cols:
+            return {}
+        x = nonnegative([[r.get(n, 0.0) for n in cols] for r in self.rows], self.ms, self.w)
+        return dict(zip(cols, x, strict=True))
+
+    def error(self, x: Mapping[str, float], kind: bool | None = None) -> float:
+        """The root mean weighted squared error of `x`'s times: about their relative error (`kind`:
+        of the TTFTs only, True, or the replies' gaps only, False)."""
+        got = [
+            w * (fitted_ms(r, x) - y) ** 2
+            for r, y, w in zip(self.rows, self.ms, self.w, strict=True)
+            if kind is None or r[OVERHEAD] == kind
+        ]
+        return math.sqrt(sum(got) / max(len(got), 1))
+
+
+def held_out(halves: tuple[Data, Data], names: Sequence[str], kind: bool | None = None) -> float:
+    """Each half fitted with these columns and scored on the other (`kind`: as `Data.error`): the
+    root mean square of the two errors (inf: a half cannot tell the columns apart)."""
     try:
-        x = solved(terms)
-    except ValueError:  # only cold prompts: a prompt token is an uncached token, the two are one term
-        x = solved([i for i in terms if i != 3])
-    overhead, per_uncached, attention_ms, per_prompt = x
-    per_token = per_uncached + per_prompt
-    if per_token <= 0:  # all of the time is in the attention term: keep a rate the server accepts
-        per_token = 1e-6
-    fit = PrefillFit(overhead, 1000 / per_token, attention_ms * 1e6, per_prompt * 1000, ())
-    residuals = tuple(100 * (fit.predict_ms(p.uncached, p.context) - p.ttft_ms) / p.ttft_ms for p in points)
-    return dataclasses.replace(fit, residuals_pct=residuals)
+        first, second = halves[0].solve(names), halves[1].solve(names)
+    except ValueError:
+        return math.inf
+    return math.sqrt((halves[1].error(first, kind) ** 2 + halves[0].error(second, kind) ** 2) / 2)
+
+
+def improves(with_term: float, without: float) -> bool:
+    """Whether a term's held-out error beats the error without it by KEEP_GAIN (kept, too, where the
+    halves cannot be fitted without it)."""
+    if math.isinf(without):
+        return True
+    return without - with_term > max(KEEP_GAIN * without, ROUNDING)
+
+
+@dataclass(frozen=True)
+class TermsFit:
+    """The fit: each term's coefficient, the structure its basis read, what it left out and why."""
+
+    x: dict[str, float]
+    """ms per unit of each kept term's basis (by term name), and the overhead in ms."""
+    ubatch_tokens: int | None = None
+    tile_tokens: int = 0
+    held_out_pct: float = 0.0
+    left_out: tuple[str, ...] = ()
+    """Each term dropped, in a sentence (for the profile and the terminal)."""
+
+    @property
+    def overhead_ms(self) -> float:
+        return self.x.get(OVERHEAD, 0.0)
+
+    def settings(self) -> dict[str, Any]:
+        """The settings (3 significant digits) the coefficients give, by the registry: the prefill
+        terms always, the row-by-row piece's where kept, decode's where measured."""
+        c = {n: v / 1000 for n, v in self.x.items() if n != OVERHEAD}  # seconds per unit
+        names = ["prefill_rate", "attention", "cached_floor"]
+        names += ["untiled"] if c.get("untiled") else []
+        names += ["decode_rate", "decode_slowdown", "decode_context"] if c.get("decode_rate") else []
+        out = {k: sig(v) for k, v in terms.settings_from({n: c.get(n, 0.0) for n in names}).items()}
+        out.setdefault("prefill_tps", NO_RATE)
+        if c.get("untiled"):
+            out |= {"tile_tokens": self.tile_tokens}
+            out |= {"ubatch_tokens": self.ubatch_tokens} if self.ubatch_tokens else {}
+        return out
+
+
+def setting(name: str, x: Mapping[str, float]) -> tuple[str, float]:
+    """A term's (first) setting and its value from the fitted `x`."""
+    term = next(t for t in TERMS if t.name == name)
+    key = term.settings[0]
+    return key, float(term.values({n: v / 1000 for n, v in x.items()}).get(key, 0.0))
+
+
+def fit_terms(full: Data, halves: tuple[Data, Data]) -> TermsFit:
+    """The coefficients of every term the observations measure: fitted never below 0 on all of them,
+    each optional term then kept only if it improves the held-out error (the module's docstring)."""
+    x = full.solve([OVERHEAD, *(t.name for t in TERMS)])
+    left = [
+        f"{setting(n, x)[0]} came out below 0: left out, the other terms fitted again without it"
+        for n, v in x.items()
+        if v == 0.0 and n not in ALWAYS
+    ]
+    active = [n for n, v in x.items() if v > 0]
+    for name in [n for n in active if n not in ALWAYS]:
+        # Scored on the kind of time its column is in: the TTFTs and the gaps share no term, so a
+        # decode term changes no TTFT, and the prompts' noise must not hide what it does to the gaps.
+        kind = any(r.get(name) for r in full.rows if r[OVERHEAD])
+        without = [n for n in active if n != name]
+        error, error_without = held_out(halves, active, kind), held_out(halves, without, kind)
+        if not improves(error, error_without):
+            shown, value = setting(name, x)
+            left.append(
+                f"{shown} fitted at {sig(value):g} was left out: it did not make the held-out error of the "
+                f"{'TTFTs' if kind else 'times per reply token'} {KEEP_GAIN:.0%} smaller ({error:.2%} with "
+                f"it, {error_without:.2%} without; each half of the measurements fitted, scored on the other)"
+            )
+            active = without
+    return TermsFit(full.solve(active), held_out_pct=100 * held_out(halves, active), left_out=tuple(left))
 
 
 TILE_CANDIDATES = (16, 32, 64, 128, 256)
 """Tile sizes (rows) calibrate tries: llama.cpp's CPU attention takes 64 (GGML_FA_TILE_Q)."""
 PIECE_CANDIDATES: tuple[int | None, ...] = (None, 2048, 1024, 512, 256)
-"""Piece (ubatch) sizes it tries, None first (on a tie, the simpler model: the prompt one piece)."""
-UNTILED_GAIN = 0.5
-"""The term is kept only if it halves the weighted squared error of the rows probe's fit without it
-(the figures printed are mean relative errors, which it need not halve)."""
+"""Piece (ubatch) sizes it tries, None first (the prompt one piece)."""
+STRUCTURE_SHARE = 0.7
+"""The best pair is taken only if its held-out error is at most this share of the error with no
+piece read row by row (its square about halved): the best of 20 tries follows noise more than one
+term does (5% noise gave the best pair 4 to 5% less error with no such piece at all)."""
 
 
-@dataclass(frozen=True)
-class UntiledFit:
-    ubatch_tokens: int | None
-    tile_tokens: int
-    """0: no last piece of few rows was seen to cost more (the term is off)."""
-    untiled_ns: float
-    error_pct: float
-    """Mean |relative error| of the rows probe's fit with the term (or without it, when off), %."""
-    without_pct: float
-    """The same, without the term."""
-
-    def extra_ms(self, uncached: int, context: int) -> float:
-        """What the term adds to a prompt's TTFT, ms (timing.py's `untiled_s`, where it is written)."""
-        model = pieces(self.ubatch_tokens, self.tile_tokens, self.untiled_ns)
-        return 1000 * model.untiled_s(uncached, context)
+def structure(ubatch_tokens: int | None, tile_tokens: int) -> Rates:
+    """Rates with these pieces and tiles, for the basis functions (which read no coefficient)."""
+    timing = dataclasses.replace(DEFAULTS.timing, ubatch_tokens=ubatch_tokens, tile_tokens=tile_tokens)
+    return cast(Rates, timing)
 
 
-def pieces(ubatch_tokens: int | None, tile_tokens: int, untiled_ns: float) -> TimingModel:
-    """A timing model with only the last piece of few rows (its other terms unused here)."""
-    return TimingModel(
-        1.0, 1.0, 1.0, ubatch_tokens=ubatch_tokens, tile_tokens=tile_tokens, untiled_ns=untiled_ns
-    )
-
-
-def fit_untiled(points: Sequence[Point]) -> UntiledFit:
-    """ubatch_tokens, tile_tokens and untiled_ns from new parts of chosen lengths after one cached
-    opening (probes.rows): every pair of candidates, the term's k by least squares with the rest."""
-    y = [p.ttft_ms for p in points]
-    w = [1.0 / (v + RELATIVE_FROM_MS) ** 2 for v in y]
-    base = [[1.0, float(p.uncached), p.uncached * p.uncached / 2] for p in points]
-
-    def error(rows: list[list[float]], x: list[float]) -> tuple[float, float]:
-        got = [sum(a * b for a, b in zip(r, x, strict=True)) for r in rows]
-        sse = sum(wi * (g - t) ** 2 for g, t, wi in zip(got, y, w, strict=True))
-        return sse, 100 * sum(abs(g - t) / t for g, t in zip(got, y, strict=True)) / len(y)
-
-    try:
-        sse0, pct0 = error(base, nonnegative(base, y, w))
-    except ValueError:  # too few lengths to tell the terms apart: no finding
-        return UntiledFit(None, 0, 0.0, 0.0, 0.0)
-    best = UntiledFit(None, 0, 0.0, pct0, pct0)
-    best_sse = UNTILED_GAIN * sse0
-    for piece in PIECE_CANDIDATES:
-        for tile in TILE_CANDIDATES:
-            if piece is not None and tile >= piece:
-                continue
-            unit = pieces(piece, tile, 1.0)  # 1 ns: the term's ms per ns, so its coefficient is untiled_ns
-            rows = [
-                [*r, 1000 * unit.untiled_s(p.uncached, p.context)] for r, p in zip(base, points, strict=True)
-            ]
-            if not any(r[-1] for r in rows):
-                continue
-            try:
-                x = nonnegative(rows, y, w)
-            except ValueError:  # too few lengths to tell the terms apart
-                continue
-            sse, pct = error(rows, x)
-            if x[-1] > 0 and sse < best_sse:
-                best, best_sse = UntiledFit(piece, tile, x[-1], pct, pct0), sse
-    return best
-
-
-def fit_slowdown(intervals: dict[int, float]) -> tuple[float, float]:
-    """(decode_tps, decode_slowdown) from the time between tokens with k streams at once."""
-    base = intervals[1]
-    others = [(k, v) for k, v in intervals.items() if k > 1]
-    if not others:
-        return 1000 / base, 0.0
-    num = sum((k - 1) * (v / base - 1) for k, v in others)
-    den = sum((k - 1) ** 2 for k, _ in others)
-    return 1000 / base, max(0.0, num / den)
-
-
-def fit_reuse(fit: PrefillFit, warm: Sequence[Point]) -> float:
-    """cached_token_us from calls after a cached opening: the median over them of their time beyond
-    the overhead and the linear term, per cached token (0 if none was cached)."""
-    implied = [
-        max(0.0, p.ttft_ms - fit.overhead_ms - p.uncached * 1000 / fit.prefill_tps) / p.context * 1000
-        for p in warm
-        if p.context > 0
-    ]
-    return median(implied) if implied else 0.0
-
-
-def fit_decode_context(base_ms: float, base_context: int, samples: Sequence[tuple[int, float]]) -> float:
-    """decode_context_ns from (context tokens, time per output token ms) of replies after long
-    prompts, against one alone after `base_context` tokens taking `base_ms`: a line through that
-    point, least squares weighted by 1/interval² (relative errors), never below 0."""
-    xs = [(c - base_context, t - base_ms, 1 / t**2) for c, t in samples if c > base_context and t > 0]
-    den = sum(w * x * x for x, _, w in xs)
-    if not den:
-        return 0.0
-    return max(0.0, sum(w * x * y for x, y, w in xs) / den) * 1e6
+def fit_structure(
+    full: Sequence[Observation], halves: tuple[Sequence[Observation], Sequence[Observation]], rows: bool
+) -> tuple[TermsFit, TermsFit]:
+    """The fit with the structure of lowest held-out error (every candidate pair of piece and tile
+    sizes if `rows`: the rows probe was measured), and the fit with none (no piece read row by row)."""
+    grid = [(p, t) for p in PIECE_CANDIDATES for t in TILE_CANDIDATES if p is None or t < p] if rows else []
+    fits: list[TermsFit] = []
+    for piece, tile in [(None, 0), *grid]:
+        rates = structure(piece, tile)
+        try:
+            got = fit_terms(Data.of(full, rates), (Data.of(halves[0], rates), Data.of(halves[1], rates)))
+        except ValueError:
+            if not fits:
+                raise
+            continue
+        fits.append(dataclasses.replace(got, ubatch_tokens=piece, tile_tokens=tile))
+    best = min(fits, key=lambda f: f.held_out_pct)  # the first on a tie: none
+    taken = best.x.get("untiled") and best.held_out_pct <= STRUCTURE_SHARE * fits[0].held_out_pct
+    return (best if taken else fits[0]), fits[0]
 
 
 def fit_chars_per_token(samples: Sequence[tuple[int, int]]) -> float:

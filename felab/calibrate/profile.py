@@ -31,6 +31,8 @@ from felab.calibrate.save import write_whole
 from felab.mock_server.booking import PracticeModel, Prompt
 from felab.mock_server.config import DEFAULTS, Settings, unit_of
 from felab.mock_server.profile import END_LINE, SCHEMA
+from felab.mock_server.step import Step, prompt_steps
+from felab.mock_server.terms import Rates
 from felab.paths import results_dir
 from felab.targets import Target
 
@@ -45,10 +47,6 @@ def meaning(name: str) -> tuple[str, str]:
     f = SETTINGS.get(name)
     return (unit_of(f), f.metadata["help"]) if f else ("", "")
 
-
-FOLLOW_UP_SHARE = 0.05
-"""A call after a cached opening is a short follow-up (it fits cached_token_us) when its new part is at
-most this share of what was cached: a question of 20 to 40 tokens after 1,600 or more."""
 
 PREFIX_BLOCK_TOKENS = 2
 """Block size a twin of llama.cpp's cache (the longest common prefix, per seat) gets: the practice
@@ -76,41 +74,6 @@ def machine() -> str:
     return f"{platform.system()} {platform.release()}, {cpu}, {os.cpu_count()} cores"
 
 
-NO_PIECES = fit.UntiledFit(None, 0, 0.0, 0.0, 0.0)
-"""No last piece of few rows found (or not measured): the term adds nothing."""
-
-
-def point(s: Sample, pieces: fit.UntiledFit = NO_PIECES) -> fit.Point:
-    """A request as a point of the prefill fit, less what its last piece of few rows added."""
-    context = s.cached_tokens or 0
-    return fit.Point(s.uncached, context, s.ttft_ms - pieces.extra_ms(s.uncached, context))
-
-
-def cold_points(m: Measurements, pieces: fit.UntiledFit = NO_PIECES) -> list[fit.Point]:
-    """The cold prompts, each length's repeats as one point: their median TTFT (the check compares
-    medians), each less what its last piece of few rows added (`pieces`: a prompt 30 tokens past
-    a multiple of 512 took 20 to 60% longer than one 100 past), at the median of their lengths.
-    The prefill terms are fitted from these alone: a prompt measured once (the first call, an
-    opening's cold call) can be caught by a busy moment and bend the curve."""
-    return [
-        fit.Point(
-            round(fit.median([s.uncached for s in g])),  # repeats differ by a few tokens: their median,
-            g[0].cached_tokens or 0,  # as their time is (the first's length put the point off by 2%)
-            fit.median([point(s, pieces).ttft_ms for s in g]),
-        )
-        for g in m.cold
-        if g
-    ]
-
-
-def prefill_points(m: Measurements, pieces: fit.UntiledFit = NO_PIECES) -> list[fit.Point]:
-    """Every request read alone: the cold prompts (as in `cold_points`), the first call, each
-    opening cold and then again with new text after it."""
-    alone = [m.first, *(o.cold for o in m.openings)]
-    warm = [s for o in m.openings for s in o.warm if s.cached_tokens is not None]
-    return [*cold_points(m, pieces), *(point(s, pieces) for s in [*alone, *warm])]
-
-
 ROWS_NEEDED = 8
 """Calls after the rows probe's opening, with that opening cached, it takes to fit the term."""
 
@@ -126,13 +89,53 @@ def rows_after_opening(m: Measurements) -> list[Sample]:
     return [s for s in m.rows if s.cached_tokens == common]
 
 
-def untiled(m: Measurements) -> fit.UntiledFit:
-    """The rows probe's finding: a last piece of few rows read one at a time, or none (NO_PIECES when
-    it was not sent, or too few of its calls found the opening cached to count their new tokens)."""
-    after = rows_after_opening(m)
-    if len(after) < ROWS_NEEDED:
-        return NO_PIECES
-    return fit.fit_untiled([point(s) for s in after])
+def alone(s: Sample) -> fit.Observation:
+    """A prompt read alone as the fit sees it: its TTFT and its steps (its uncached tokens after its
+    cached ones, in one piece: fit.py's docstring says why the batch size does not matter here)."""
+    return fit.Observation(s.ttft_ms, tuple(prompt_steps(s.uncached, s.cached_tokens or 0)))
+
+
+def gap(s: Sample, streams: int) -> fit.Observation | None:
+    """A reply's time per token as the fit sees it: one decode step of `streams` streams, each with
+    the reply's context (its prompt); None for a reply with no gap to time."""
+    t = s.tpot_ms
+    if t is None or t <= 0:  # (gaps of 0: chunks read in one burst)
+        return None
+    return fit.Observation(t, (Step(decodes=(s.prompt_tokens,) * streams),), overhead=False)
+
+
+def observations(m: Measurements, half: int | None = None) -> list[fit.Observation]:
+    """What the fit reads: the cold prompts (each length's repeats as one observation, their median),
+    each opening sent again with new text after it, the rows probe's calls, and the replies' times
+    per token (1 to 4 streams at once, and the follow-ups' after a long opening). Not the first
+    call, nor an opening's cold call: a long prompt measured once can be caught by a busy moment
+    and bend the cold curve, which the cold repeats give. `half` 0 or 1: that half of them, for
+    the held-out error (each length's repeats alternately, or the lengths, where each was sent
+    once; the other calls alternately); None: all."""
+    groups = [g for g in m.cold if g]
+    if half is not None:
+        groups = [g[half::2] for g in groups] if all(len(g) > 1 for g in groups) else groups[half::2]
+    warm = [s for o in m.openings for s in o.warm if s.cached_tokens is not None]
+    rows = [s for s in m.rows if s.cached_tokens is not None]
+    prompts = [alone(s) for s in [*warm, *rows]]
+    replies = [s for o in m.openings for s in o.warm if s.output_tokens >= FOLLOW_UP_MAX_TOKENS // 2]
+    gaps = [gap(s, k) for k, got in m.decode.items() for s in got] + [gap(s, 1) for s in replies]
+    rest = prompts + [g for g in gaps if g is not None]
+    return cold_lengths(groups) + (rest if half is None else rest[half::2])
+
+
+def cold_lengths(groups: list[list[Sample]]) -> list[fit.Observation]:
+    """Each cold length's repeats as one observation: the repeat of median time (of an even number,
+    the lower of the middle two), with its own length (repeats differ by a few tokens: a median
+    time at another repeat's length put the point off by 2%)."""
+    return [alone(sorted(g, key=lambda s: s.ttft_ms)[(len(g) - 1) // 2]) for g in groups]
+
+
+def fit_terms(m: Measurements) -> tuple[fit.TermsFit, fit.TermsFit]:
+    """The one fit of every term (fit.fit_structure), its pieces and tiles searched where the rows
+    probe has enough calls after its opening; and the fit without them."""
+    halves = (observations(m, 0), observations(m, 1))
+    return fit.fit_structure(observations(m), halves, len(rows_after_opening(m)) >= ROWS_NEEDED)
 
 
 def twin_rounds(
@@ -153,24 +156,6 @@ def twin_rounds(
         got = [model.book(Prompt(x.uncached, ()), max(x.output_tokens, 1), 0.0, 0.0) for x in r]
         out.append(sorted(delivery_ms + 1000 * b.ttft_s for b in got))
     return out
-
-
-def decode_settings(m: Measurements, intervals: dict[int, float]) -> dict[str, float]:
-    """decode_tps, decode_slowdown (streams at once) and decode_context_ns (replies after the
-    openings, against the one stream alone after a short prompt)."""
-    decode_tps, slowdown = fit.fit_slowdown(intervals)
-    alone = fit.median([s.prompt_tokens for s in m.decode[1]])
-    replies = [s for o in m.openings for s in o.warm if s.output_tokens >= FOLLOW_UP_MAX_TOKENS // 2]
-    after = [(s.prompt_tokens, t) for s in replies if (t := s.tpot_ms) is not None]  # not 1-gap replies
-    per_context = fit.fit_decode_context(intervals[1], int(alone), after)
-    base_ms = intervals[1] - per_context * 1e-6 * alone  # the interval with no context at all
-    if base_ms > 0:
-        decode_tps = 1000 / base_ms
-    return {
-        "decode_tps": fit.sig(decode_tps),
-        "decode_slowdown": fit.sig(slowdown),
-        "decode_context_ns": fit.sig(per_context),
-    }
 
 
 def pushed_finding(m: Measurements) -> fit.HostFinding | None:
@@ -196,13 +181,7 @@ def build(
     taken out of the overhead, since the twin adds it back. `load`: the machine's load average
     while it measured; `empty`: replies that carried no text (timed by their end, or sent again). Both go into
     the evidence (`[fit] warnings`: evidence.py)."""
-    pieces = untiled(m)
-    points = prefill_points(m, pieces)
-    # The prefill terms come from the prompts read cold; the calls after a cached opening then give
-    # cached_token_us (fitting them together would bend the cold curve). All of them give a cost
-    # per prompt token cached or not, kept in [measured] as a diagnosis.
-    prefill, attention_dropped = supported_attention(m, pieces)
-    per_prompt_us = fit.fit_prefill(points).per_prompt_token_us
+    found, none = fit_terms(m)
     cold = [s for group in m.cold for s in group]
     tokens = fit.fit_chars_per_token([(s.chars, s.prompt_tokens) for s in [m.first, *cold]])
     warm = [(s.prompt_tokens, s.cached_tokens, s.ttft_ms) for o in m.openings for s in o.warm]
@@ -219,33 +198,12 @@ def build(
     intervals = {k: v for k, v in intervals.items() if v > 0}  # (gaps of 0: chunks read in one burst)
 
     settings: dict[str, Any] = {
-        "overhead_ms": fit.sig(max(0.0, prefill.overhead_ms - delivery_ms)),
-        "prefill_tps": fit.sig(prefill.prefill_tps),
-        "prefill_attention_ns": fit.sig(prefill.attention_ns),
+        "overhead_ms": fit.sig(max(0.0, found.overhead_ms - delivery_ms)),
+        **found.settings(),
         "chars_per_token": fit.sig(tokens),
     }
-    if pieces.tile_tokens:
-        if pieces.ubatch_tokens is not None:  # (none, the default: the prompt is one piece)
-            settings["ubatch_tokens"] = pieces.ubatch_tokens
-        settings["tile_tokens"] = pieces.tile_tokens
-        settings["untiled_ns"] = fit.sig(pieces.untiled_ns)
-    # Only the short follow-ups (a question after the opening): with a long new part, attention is
-    # the larger side of the max and the call says nothing about the floor.
-    short = [p for p in points if 0 < p.uncached <= FOLLOW_UP_SHARE * p.context]
-    settings["cached_token_us"] = fit.sig(fit.fit_reuse(prefill, short))
-    if 1 in intervals:  # replies of 2 tokens or more came back: decode can be timed
-        settings |= decode_settings(m, intervals)
     facts = m.facts
-    if cache.kind == "seat-prefix" and facts.seats:
-        settings["cache_mode"] = "seat-prefix"
-    elif cache.kind != "unknown":  # blocks; or a longest common prefix with no seats: 16-token blocks
-        settings["cache_mode"] = "blocks"
-    if cache.kind == "blocks" and cache.block_tokens:
-        settings["block_tokens"] = cache.block_tokens
-    elif cache.kind == "seat-prefix":  # the practice server compares prompts block by block: small ones
-        settings["block_tokens"] = PREFIX_BLOCK_TOKENS if facts.seats else LCP_BLOCK_TOKENS
-    if cache.reuse == "no":
-        settings["cache_blocks"] = 0
+    settings |= cache_settings(cache, facts.seats)
     if facts.seats:
         settings["seats"] = facts.seats
     if facts.seat_context:
@@ -264,7 +222,8 @@ def build(
     if batch is not None:
         settings["batch_slowdown"] = shared.slowdown
 
-    residuals = [abs(r) for r in prefill.residuals_pct]
+    rates = fit.structure(found.ubatch_tokens, found.tile_tokens)
+    residuals = [abs(r) for r in residuals_pct(cold_lengths([g for g in m.cold if g]), found, rates)]
     about = {
         "schema": SCHEMA,
         "engine": facts.engine,
@@ -274,20 +233,24 @@ def build(
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
         "method": (
-            f"felab calibrate: {requests} streamed requests in {seconds:.0f} s; TTFT least squares "
-            f"(weighted by 1/(TTFT + 10 ms)) over {len(prefill.residuals_pct)} cold prompt lengths, "
-            f"the median of each length's repeats"
+            f"felab calibrate: {requests} streamed requests in {seconds:.0f} s; one least squares over the "
+            f"cost terms' basis sums (felab/mock_server/terms/) of the prompts read alone (weighted by "
+            f"1/(TTFT + 10 ms); each cold length the median of its repeats) and the replies' times per "
+            f"token; a term kept only if it improves the held-out error (each half fitted, scored on the "
+            f"other)"
         ),
     }
     fitted: dict[str, Any] = {
         "prefill_points": len(residuals),
         "ttft_residual_median_pct": fit.sig(fit.median(residuals), 2),
         "ttft_residual_max_pct": fit.sig(max(residuals), 2),
-        "formula": "TTFT = overhead + u/prefill_tps + max(attention·u·(c + u/2), cached_token_us·c)"
-        " + untiled_ns·rows·(c + u), rows = u mod ubatch_tokens when below tile_tokens",
-        "overhead_fitted_ms": fit.sig(prefill.overhead_ms),
+        "formula": "TTFT = overhead + the sum over the prompt's steps of each term's coefficient × basis "
+        "(felab/mock_server/terms/)",
+        "overhead_fitted_ms": fit.sig(found.overhead_ms),
         "delivery_subtracted_ms": fit.sig(delivery_ms),
     }
+    if math.isfinite(found.held_out_pct):  # (not where a half of the measurements cannot be fitted)
+        fitted["held_out_error_pct"] = fit.sig(found.held_out_pct, 2)
     doubts = evidence.warnings(m, settings, fitted, load)
     if doubts:
         fitted["warnings"] = doubts
@@ -298,8 +261,7 @@ def build(
         settings,
         fitted,
         {
-            "per_prompt_token_us": fit.sig(per_prompt_us, 2),
-            "rows_probe": rows_evidence(m, pieces),
+            "rows_probe": rows_evidence(m, found, none),
             "cache_reuse": cache.reuse,
             "cache_evidence": cache.evidence,
             **({"host_cache": host.kept, "host_cache_evidence": host.evidence} if host else {}),
@@ -312,35 +274,30 @@ def build(
             "prompt_tokens_seen": [s.prompt_tokens for s in cold],
             **reference(m, plan),
             "empty_replies": empty,
-            "terms_left_out": [x for x in (attention_dropped, dropped) if x],
+            "terms_left_out": [*found.left_out, *([dropped] if dropped else [])],
         },
     )
 
 
-def supported_attention(m: Measurements, pieces: fit.UntiledFit) -> tuple[fit.PrefillFit, str | None]:
-    """The prefill fit of the cold prompts, without its attention term where the repeats' spread
-    cannot carry it: what the term adds to the longest cold prompt is a smaller share of its time
-    than those repeats differ among themselves (their median |difference| from their median). On a
-    quiet machine llama.cpp's attention is half of a 6,400-token prompt's time against a spread of
-    a few %; on the practice server (no such term) a busy machine's noise made one up. The second
-    value says what was left out, for the profile and the terminal (None: kept, or it was 0)."""
-    points = cold_points(m, pieces)
-    full = fit.fit_prefill(points)
-    groups = [g for g in m.cold if g]
-    if not full.attention_ns or not groups:
-        return full, None
-    longest = max(groups, key=lambda g: g[0].uncached)
-    times = [s.ttft_ms for s in longest]
-    mid = fit.median(times)
-    spread = fit.median([abs(t - mid) for t in times]) / mid if mid > 0 else 0.0
-    u = longest[0].uncached
-    share = full.attention_ns * 1e-6 * u * u / 2 / mid if mid > 0 else 0.0
-    if share >= spread:
-        return full, None
-    return fit.fit_prefill(points, attention=False), (
-        f"prefill_attention_ns fitted at {fit.sig(full.attention_ns)} was left out: it adds {share:.1%} "
-        f"to the longest cold prompt, less than its repeats differ among themselves ({spread:.1%})"
-    )
+def cache_settings(cache: fit.CacheFinding, seats: int | None) -> dict[str, Any]:
+    """The prefix cache's settings, from what the openings showed about it."""
+    out: dict[str, Any] = {}
+    if cache.kind == "seat-prefix" and seats:
+        out["cache_mode"] = "seat-prefix"
+    elif cache.kind != "unknown":  # blocks; or a longest common prefix with no seats: 16-token blocks
+        out["cache_mode"] = "blocks"
+    if cache.kind == "blocks" and cache.block_tokens:
+        out["block_tokens"] = cache.block_tokens
+    elif cache.kind == "seat-prefix":  # the practice server compares prompts block by block: small ones
+        out["block_tokens"] = PREFIX_BLOCK_TOKENS if seats else LCP_BLOCK_TOKENS
+    if cache.reuse == "no":
+        out["cache_blocks"] = 0
+    return out
+
+
+def residuals_pct(cold: list[fit.Observation], found: fit.TermsFit, rates: Rates) -> list[float]:
+    """Each cold length's (the fitted time − measured) / measured, in %."""
+    return [100 * (fit.fitted_ms(o.row(rates), found.x) - o.ms) / o.ms for o in cold]
 
 
 REFERENCE_SHARE = 0.3
@@ -358,7 +315,7 @@ def reference(m: Measurements, plan: Plan) -> dict[str, Any]:
     return {"reference_tokens": g[0].prompt_tokens, "reference_ttft_ms": [fit.sig(s.ttft_ms) for s in g]}
 
 
-def rows_evidence(m: Measurements, pieces: fit.UntiledFit) -> str:
+def rows_evidence(m: Measurements, found: fit.TermsFit, none: fit.TermsFit) -> str:
     """What the rows probe showed, in a line for [measured]."""
     if not m.rows:
         return "not measured"
@@ -369,13 +326,13 @@ def rows_evidence(m: Measurements, pieces: fit.UntiledFit) -> str:
             f"no cached tokens, or reused nothing), so their new tokens cannot be counted"
         )
     seen = ", ".join(f"{s.uncached}: {s.ttft_ms:.0f}" for s in sorted(after, key=lambda s: s.uncached))
-    found = (
-        f"pieces of {pieces.ubatch_tokens or 'the whole prompt'}, tiles of {pieces.tile_tokens}: fit off by "
-        f"{pieces.error_pct:.0f}% (without the term {pieces.without_pct:.0f}%)"
-        if pieces.tile_tokens
-        else f"none costs more (the term would not halve the fit's {pieces.without_pct:.0f}% error)"
+    found_ = (
+        f"pieces of {found.ubatch_tokens or 'the whole prompt'}, tiles of {found.tile_tokens}: held-out "
+        f"error {found.held_out_pct:.1f}% (without the term {none.held_out_pct:.1f}%)"
+        if found.tile_tokens
+        else f"none costs more (no piece and tile sizes improve the held-out error, {none.held_out_pct:.1f}%)"
     )
-    return f"{found}; new tokens: TTFT ms after {after[0].cached_tokens:,} cached: {seen}"
+    return f"{found_}; new tokens: TTFT ms after {after[0].cached_tokens:,} cached: {seen}"
 
 
 # ── TOML, by hand ────────────────────────────────────────────────────────────
