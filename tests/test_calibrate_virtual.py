@@ -24,7 +24,6 @@ from felab.calibrate import profile as prof
 from felab.calibrate.plan import Plan, make_plan, measure
 from felab.calibrate.probes import Prober, Sample, ServerFacts
 from felab.errors import FelabError
-from felab.mock_server import terms
 from felab.mock_server.booking import Booking, PracticeModel, Prompt
 from felab.mock_server.cache import prompt_keys
 from felab.mock_server.config import DEFAULTS, Settings
@@ -100,15 +99,6 @@ def calibrated(settings: dict, plan: Plan = ONE_STREAM) -> prof.Profile:
     return prof.build(m, target, plan, prober.now, prober.used, delivery_ms=0.0)
 
 
-def registry_twin() -> bool:
-    """Whether the practice server's timing model prices prompts with the registry (h/terms: a cached
-    prefix's cost added to attention's, where it was the larger of the two)."""
-    t = dataclasses.replace(DEFAULTS, prefill_attention_ns=36.0, cached_token_us=20.0).timing
-    if not hasattr(t, "batch_slowdown"):
-        return False
-    return bool(t.prefill_s(20, 2000) == pytest.approx(terms.prompt_seconds(20, 2000, t)))
-
-
 EXACT = [
     "overhead_ms",
     "prefill_tps",
@@ -129,12 +119,7 @@ that adds the two (the registry) is given back exactly."""
     [
         {},
         LLAMA_LIKE,
-        pytest.param(
-            LLAMA_LIKE | ATTENTION,
-            marks=pytest.mark.skipif(
-                not registry_twin(), reason="the twin max()es the cached cost (before h/terms)"
-            ),
-        ),
+        LLAMA_LIKE | ATTENTION,
     ],
     ids=["none", "llama-like", "llama-like-attention"],
 )
