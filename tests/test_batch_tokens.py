@@ -266,7 +266,13 @@ def prompt(n: int, i: int) -> Prompt:
 def test_the_model_books_batched_first_tokens_and_none_keeps_the_plain_lane() -> None:
     model = batched()
     bookings = [model.book(prompt(2600, i), 4, 0.0, 0.0) for i in range(4)]
-    assert [round(b.ttft_s * TPS, 6) for b in bookings] == [4096, 6144, 8192, 10400]
+    # The steps of the lane test above, with the replies: a stream whose first token came writes
+    # a reply token in each step until its reply (4 tokens, 2.5 ms apart at 400 tokens/s) is
+    # over, and each such step takes 1/400 s more (the decode rate's term). a's first token ends
+    # step 2 (4,096); step 3 writes a's second token: 2,048 prompt tokens + 25 (2.5 ms) -> 6,169,
+    # b's first; step 4 writes b's: -> 8,242, c's; step 5 c's -> 10,315; step 6, d's last 160
+    # tokens, after c's reply (8,242 + 75) is over: -> 10,475.
+    assert [round(b.ttft_s * TPS, 6) for b in bookings] == [4096, 6169, 8242, 10475]
     assert type(PracticeModel(Settings()).fleet.replicas[0].lane) is PrefillLane
 
 
@@ -284,7 +290,9 @@ def test_a_hang_up_in_the_model_re_batches_the_prompts_behind_it() -> None:
     model = batched()
     a, b, c, d = (model.book(prompt(2600, i), 4, 0.0, 0.0) for i in range(4))
     assert model.cancel(b, now=at(1000))  # waiting: it leaves, and those behind it move
-    assert [round(x.ttft_s * TPS, 6) for x in (a, c, d)] == [4096, 6144, 7800]
+    # as if b had never come: a's 2,048; a's 552 and c's 1,496 (4,096); c's 1,104 and d's 944,
+    # with a's reply token (+25: 6,169); d's 1,656 with c's (+25: 7,850)
+    assert [round(x.ttft_s * TPS, 6) for x in (a, c, d)] == [4096, 6169, 7850]
 
 
 def test_a_hang_up_with_seats_and_batches_gives_the_seat_and_the_lane_back() -> None:
@@ -294,9 +302,10 @@ def test_a_hang_up_with_seats_and_batches_gives_the_seat_and_the_lane_back() -> 
     model.cancel(a, now=at(1000))  # a hangs up half way: c takes its seat at once
     assert c.prefill.ready_at == pytest.approx(at(1000))
     # a's batch under way ends at 2,048; then the batches take the seats in order, as llama.cpp
-    # walks its slots: c, in a's seat (the first), before b: c's 2,048; c's 552 and b's 1,496;
-    # b's 1,104
-    assert [round(x.ttft_s * TPS, 6) for x in (b, c)] == [7248, 6144]
+    # walks its slots: c, in a's seat (the first), before b: c's 2,048; c's 552 and b's 1,496
+    # (6,144: c's first token); b's 1,104 with a reply token of c's (+25 at 400 tokens/s: 7,273;
+    # a hung up: it writes none)
+    assert [round(x.ttft_s * TPS, 6) for x in (b, c)] == [7273, 6144]
     assert c.seat is not None and c.seat.free_at == pytest.approx(c.reply_end)
 
 
@@ -309,8 +318,8 @@ def test_a_replay_counts_the_batched_first_tokens(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     s = Settings(block_tokens=64, prefill_tps=TPS, overhead_ms=0.0, batch_tokens=2048)
-    tally, _, _ = virtual.replay(path, trace.read_trace(path), s)
-    assert sorted(round(t * TPS, 6) for t in tally.ttft_s) == [4096, 6144, 8192, 10400]
+    tally, _, _ = virtual.replay(path, trace.read_trace(path), s)  # (the model test's steps)
+    assert sorted(round(t * TPS, 6) for t in tally.ttft_s) == [4096, 6169, 8242, 10475]
 
 
 def test_a_replay_retires_a_reply_at_its_moved_end(tmp_path: Path) -> None:

@@ -84,7 +84,7 @@ def test_a_hang_up_mid_piece_keeps_what_it_computed_and_leaves_the_next_step() -
     #  step 2: b 2,048 (after 0)       0.4145152 -> 0.8290304
     #  step 3: b 952 (after 2,048)     0.3354848 -> 1.1645152: b's first token, 0.3355 s earlier
     m = model(block_tokens=16)
-    a, b = (m.book(prompt(3000, i), 4, 0.0, 0.0) for i in range(2))
+    a, b = (m.book(prompt(3000, i), 1, 0.0, 0.0) for i in range(2))  # (replies of 1: no decode)
     assert b.first_token_at == pytest.approx(1.5)
     m.cancel(a, now=0.1)
     lane = loop_of(m)
@@ -93,6 +93,37 @@ def test_a_hang_up_mid_piece_keeps_what_it_computed_and_leaves_the_next_step() -
     assert isinstance(a.prefill, Turn) and lane.formed_tokens(a.prefill, 0.1) == 2048
     # The same prompt again at 1.2: its first 2,048 tokens are cached, it reads the other 952
     # in one step after them: 0.3354848 -> 1.5354848.
-    again = m.book(prompt(3000, 0), 4, 1.2, 1.2)
+    again = m.book(prompt(3000, 0), 1, 1.2, 1.2)
     assert again.cached_tokens == 2048
     assert again.first_token_at == pytest.approx(1.2 + 0.3354848)
+
+
+def test_decode_streams_share_a_step_with_a_prompt_piece() -> None:
+    # a (1,000 tokens) and c (500) sent at 0 share step 1: 0.15 + 100e-9·(1,000·500 + 500·250)
+    # = 0.2125 s, both first tokens then. Each writes a reply of 100 tokens; alone, a decode step
+    # of a takes 1/400 + 100e-9·1,000 (decode_context_ns 100) = 0.0026 s, so its booked reply
+    # ends at 0.2125 + 99·0.0026 = 0.4699; c's at 0.2125 + 99·0.00255 = 0.464950.
+    # b (3,000 tokens) comes at 0.3, while both decode. Its first step writes their tokens too:
+    #   b 2,048 (after 0)                                  0.4145152
+    #   2 streams: 1/400 + 0.5/400·(2 − 1) + 100e-9·(1,000 + 500) = 0.0039
+    #                                                      -> 0.7184152
+    # its second starts after both replies: b 952 (after 2,048) 0.3354848 -> 1.0539
+    def run(hang_up: bool) -> tuple[Booking, list[EngineStep]]:
+        m = model(decode_context_ns=100.0, decode_slowdown=0.5)
+        a = m.book(prompt(1000, 0), 100, 0.0, 0.0)
+        c = m.book(prompt(500, 1), 100, 0.0, 0.0)
+        assert a.first_token_at == c.first_token_at == pytest.approx(0.2125)
+        if hang_up:
+            m.cancel(c, now=0.25)
+        b = m.book(prompt(3000, 2), 1, 0.3, 0.3)
+        return b, list(loop_of(m).steps)
+
+    b, steps = run(hang_up=False)
+    assert [t for s in steps[-2:] for t in (s.start, s.end)] == pytest.approx(
+        [0.3, 0.7184152, 0.7184152, 1.0539]
+    )
+    assert b.first_token_at == pytest.approx(1.0539)
+    # c hangs up at 0.25, during its reply: its stream leaves the steps to come, and b's first
+    # step writes a's token only: 0.4145152 + 0.0026 -> 0.7171152; then 0.3354848 -> 1.0526
+    b, steps = run(hang_up=True)
+    assert steps[-2].end == pytest.approx(0.7171152) and b.first_token_at == pytest.approx(1.0526)

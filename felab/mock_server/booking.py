@@ -193,7 +193,7 @@ class PracticeModel:
         uncached = prompt.tokens - cached
         rank = None if seat is None or replica.seats is None else replica.seats.seats.index(seat)
         if isinstance(replica.lane, Loop):
-            prefill: Prefill = replica.lane.book(admission, now, uncached, cached, rank)
+            prefill: Prefill = replica.lane.book(admission, now, uncached, cached, rank, reply_tokens)
         else:
             prefill = replica.lane.book(admission, self.timing.prefill_s(uncached, cached), now)
         if self.settings.cache_mode == "blocks":  # (batched, prefill.end may move later, by less than
@@ -298,6 +298,7 @@ class PracticeModel:
         if unplanned:
             del parked[booking.rid]
         self.finish(booking, now)
+        stopped = isinstance(replica.lane, Loop) and replica.lane.stop(booking.prefill, now)
         if booking.prefill.end > now:  # still prefilling or waiting: give its lane time back
             gave_back = self._give_back(booking, unplanned, now)
             if unplanned and not gave_back:
@@ -309,7 +310,7 @@ class PracticeModel:
         if replica.seats is not None:  # its seat is free: those waiting for one move up
             moved_up = bool(self._reseat(replica, now))
         else:
-            moved_up = bool(gave_back and replica.lane.reflow(now))
+            moved_up = bool((gave_back or stopped) and replica.lane.reflow(now))
         if moved_up:
             self.on_moved([b for b in self.live.values() if b.replica is replica])
         return moved_up

@@ -1,29 +1,26 @@
 """The engine loop of one replica (--batch-tokens): steps formed as llama-server forms them.
 
-llama-server runs one step (a forward pass) after another. To form a step it walks its seats
-(slots) in order, and each seat with prompt tokens still to read puts in as many as there is
-room for in `batch_tokens` (its -b). A step lasts what the cost terms say of exactly what it
-holds, each prompt's piece with its own context (`terms.step_seconds`), and a prompt's first
-token comes at the end of the step holding its last prompt token. So four 2,600-token prompts
-sent at once get first tokens at the ends of steps 2, 3, 4 and 6 (tokens 4,096, 6,144, 8,192
-and 10,400 of the 10,400 in a row), not at 2,600, 5,200, 7,800 and 10,400; and a prompt in a
-lower seat goes first, whenever it came (measured on llama-server: after earlier work had left
-the seats in another order, the first prompt sent got its first token with the second, at 548
-and 549 ms).
+Each step (a forward pass), llama-server walks its seats in order; each seat with prompt tokens
+still to read puts in as many as there is room for in `batch_tokens` (-b), each stream writing
+its reply one token. A step lasts what the cost terms say of exactly what it holds
+(`terms.step_seconds`: each piece after its own context, each stream's context), and a prompt's
+first token comes at the end of the step holding its last prompt token. So four 2,600-token
+prompts sent at once get first tokens at the ends of steps 2, 3, 4 and 6 (tokens 4,096, 6,144,
+8,192 and 10,400 of 10,400 in a row), and a prompt in a lower seat goes first, whenever it came
+(llama-server, measured: the first two of four sent at once, 548 and 549 ms).
 
 Steps formed by `now` are history: nothing joins or leaves a step under way, and what it
-computed stays computed (`formed_tokens`, exact: no time is turned back into tokens). The
-later steps are a plan, made again from the first step a change can touch: when a prompt comes,
-when one hangs up (it leaves the next step), and, with seats, when one gets a seat (`withdraw`
-takes out the prompts waiting for one, `rejoin` puts each back when it has one; with no seats,
-prompts go in arrival order). So a booked first token can move later (a prompt arrives before
-its last step is formed, or takes a lower seat) or earlier (one ahead hangs up); the router
-reads `free_at`, the end of the last planned step. Nothing here reads a clock: every method is
-told the time, so the same code runs live and in a replay.
+computed stays (`formed_tokens`: exact). Later steps are a plan, made again from the first step
+a change can touch: a prompt comes, one hangs up (it leaves the next step), or one gets a seat
+(`withdraw` takes out those waiting for one, `rejoin` puts each back). So a first token can
+move later or earlier; the router reads `free_at`, the end of the plan. Left out: reply tokens
+keep their booked gaps (booking.py) rather than following the steps, and stretches of decode
+alone are not steps here. Nothing reads a clock: the same code runs live and in a replay.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
 import math
@@ -39,11 +36,8 @@ from felab.mock_server.timing import Prefill
 
 def rates_with(timing: Any, batch_slowdown: float) -> terms.Rates:
     """The rates the terms read: `timing` (a TimingModel), with the batch slowdown if it lacks it."""
-    if hasattr(timing, "batch_slowdown"):
-        return cast(terms.Rates, timing)
-    return cast(
-        terms.Rates, types.SimpleNamespace(**dataclasses.asdict(timing), batch_slowdown=batch_slowdown)
-    )
+    more = {} if hasattr(timing, "batch_slowdown") else {"batch_slowdown": batch_slowdown}
+    return cast(terms.Rates, types.SimpleNamespace(**dataclasses.asdict(timing), **more))
 
 
 @dataclass(eq=False, slots=True)
@@ -57,16 +51,19 @@ class EngineStep:
 
 @dataclass(eq=False, slots=True)
 class Turn(Prefill):
-    """A prompt's turn in the loop: its first token is the end of the step holding its last token.
-    Its `seconds` are what it would take alone (what a hang-up keeps is counted by `tokens`)."""
+    """A prompt's turn in the loop: its first token is the end of the step holding its last token
+    (its `seconds`: its time alone, on an idle loop)."""
 
     tokens: int = 1
     """Prompt tokens it reads (those not cached)."""
     cached: int = 0
     """Tokens of its prompt already in context before its first piece."""
     rank: float = 0.0
-    """Its place when a step takes the waiting prompts: its seat's number (llama.cpp walks its
-    slots in order), or its arrival where there are no seats."""
+    """Its place in a step: its seat's number (llama.cpp walks its slots), else its arrival."""
+    reply: int = 0
+    """Its reply's tokens: after its first, it writes one in each step until its `reply_end`."""
+    gap: float = 0.0
+    """Its reply's gap between tokens: a decode step of its stream alone."""
     read: int = 0
     """Its tokens in steps formed or planned."""
     last: EngineStep | None = None
@@ -80,8 +77,9 @@ class Turn(Prefill):
         return self.last.end if self.last is not None else self.start + self.seconds
 
     @property
-    def done(self) -> float:
-        return self.end
+    def reply_end(self) -> float:
+        """When its stream writes its last reply token (booked gaps: booking.py)."""
+        return self.end + max(self.reply - 1, 0) * self.gap
 
     def piece(self, k: int) -> Piece:
         """Its next `k` tokens, after those read before them."""
@@ -95,6 +93,8 @@ class Loop:
         self.batch_tokens, self.rates = batch_tokens, rates
         self.queue: deque[Turn] = deque()
         """Turns whose first token may still be ahead, in booking order."""
+        self.streams: list[Turn] = []
+        """Turns whose reply may still be written in a planned step (one token each step)."""
         self.steps: deque[EngineStep] = deque()
         """Formed and planned steps, in order (those no turn needs any more dropped from the front)."""
         self.free_at = 0.0
@@ -102,17 +102,26 @@ class Loop:
         self.replanned: list[Turn] = []
         """The turns the last plan placed again (their first tokens may have moved)."""
         self.top = (-math.inf, -math.inf)
-        """The highest rank and the latest ready time booked: a newcomer at or past both only adds
-        to the end of the plan (first come first served, and a backlog stays cheap)."""
+        """The highest rank and latest ready time booked: a newcomer past both only adds to the end."""
 
     def book(
-        self, ready_at: float, now: float, tokens: int, cached: int = 0, rank: float | None = None
+        self,
+        ready_at: float,
+        now: float,
+        tokens: int,
+        cached: int = 0,
+        rank: float | None = None,
+        reply: int = 0,
     ) -> Turn:
         """A prompt of `tokens` new tokens after `cached` ones, ready at `ready_at` with this `rank`
-        (None: its arrival). Only the steps from when it is ready are planned again."""
+        (None: its arrival), and a reply of `reply` tokens. Only the steps from when it is ready
+        are planned again."""
         self.forget(now)
         turn = Turn(ready_at, self.alone_s(tokens, cached), math.inf, tokens=max(tokens, 1), cached=cached)
         turn.rank = next(self.arrivals) if rank is None else rank
+        turn.reply, turn.gap = reply, terms.step_seconds(Step(decodes=(cached + tokens,)), self.rates)
+        if reply > 1:
+            self.streams.append(turn)
         since = max(ready_at, now)  # a step formed before it is ready is none of its business
         if (turn.rank, ready_at) >= self.top and self.steps:  # last in line: only the end moves
             since = max(since, self.steps[-1].start)
@@ -131,10 +140,20 @@ class Loop:
             self.queue.popleft()
         while self.steps and all(t.end <= now for t, _ in self.steps[0].parts):
             self.steps.popleft()
+        self.streams = [t for t in self.streams if t.reply > 1 and (t.last is None or t.reply_end > now)]
+
+    def stop(self, turn: Prefill, now: float) -> bool:
+        """Its client hung up at `now`: its stream writes no more reply tokens (it leaves the next
+        step). True if it was to write some in steps still to come (plan again: `reflow`)."""
+        if not isinstance(turn, Turn) or turn.reply_end <= now:
+            return False
+        turn.reply = min(turn.reply, 1 + math.floor((now - turn.end) / turn.gap)) if turn.end <= now else 0
+        return True
 
     def formed_tokens(self, turn: Turn, now: float) -> int:
         """How many of its tokens are in steps formed by `now` (computed, whatever happens)."""
-        return turn.read - sum(k for s in self._planned(now) for t, k in s.parts if t is turn)
+        planned = itertools.takewhile(lambda s: s.start >= now, reversed(self.steps))
+        return turn.read - sum(k for s in planned for t, k in s.parts if t is turn)
 
     def cancel(self, turn: Turn, now: float, keep_s: float = 0.0) -> list[Turn]:
         """Its client hung up at `now`: `shorten`, then plan again. The turns that moved."""
@@ -142,9 +161,8 @@ class Loop:
 
     def shorten(self, turn: Prefill, now: float, keep_s: float = 0.0) -> bool:
         """Keep the tokens `turn` has in steps formed by `now` (a step under way is computed whole),
-        or the fewest whose time alone is `keep_s` (later prompts found their blocks cached),
-        whichever are more; it leaves the steps not formed (`reflow` plans them again). True if
-        it gave tokens back; with none kept, it leaves the loop."""
+        or the fewest whose time alone is `keep_s` (later prompts found them cached), whichever are
+        more; it leaves the steps to come (`reflow`). True if it gave tokens back."""
         if not isinstance(turn, Turn) or turn.dropped or turn.end <= now:
             return False
         keep = max(self.formed_tokens(turn, now), self._tokens_in(turn, keep_s))
@@ -156,24 +174,21 @@ class Loop:
 
     def _tokens_in(self, turn: Turn, seconds: float) -> int:
         """The fewest of its tokens whose time alone is at least `seconds` (a bisection)."""
-        lo, hi = 0, turn.tokens
-        while lo < hi:
-            mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if self.alone_s(mid, turn.cached) >= seconds - 1e-12 else (mid + 1, hi)
-        return lo
+        return bisect.bisect_left(
+            range(turn.tokens), seconds - 1e-12, key=lambda k: self.alone_s(k, turn.cached)
+        )
 
     def reflow(self, now: float) -> list[Turn]:
         """Plan again from `now` (after hang-ups). The turns whose start or first token moved."""
-        was = {id(t): (t.start, t.end) for t in self.queue}
+        was = {id(t): (round(t.start, 9), round(t.end, 9)) for t in self.queue}  # (but float rounding)
         self._unplan(now)
         self.queue = deque(t for t in self.queue if not t.dropped)
         self._plan(now, now, list(self.queue))
-        return [t for t in self.queue if not _same((t.start, t.end), was[id(t)])]
+        return [t for t in self.queue if (round(t.start, 9), round(t.end, 9)) != was[id(t)]]
 
     def withdraw(self, turns: list[Turn], now: float) -> None:
-        """Take these turns out (none has a token in a step formed by `now`: they wait for a seat)
-        and plan the rest again from `now`. They keep their tokens, in no step, their start
-        unknown (inf), until `rejoin` puts each back."""
+        """Take these turns out (waiting for a seat: none in a step formed by `now`), plan the rest
+        again; they are in no step, their start unknown (inf), until `rejoin` puts each back."""
         gone = {id(t) for t in turns}
         self.forget(now)
         self.queue = deque(t for t in self.queue if id(t) not in gone and t.end > now)  # (over: gone)
@@ -190,13 +205,6 @@ class Loop:
         self.queue.append(turn)
         self._plan(now, max(ready_at, now), [turn])
         return self.replanned
-
-    def _planned(self, now: float) -> list[EngineStep]:
-        """The steps not formed by `now` (they start at `now` or later)."""
-        i = len(self.steps)
-        while i and self.steps[i - 1].start >= now:
-            i -= 1
-        return list(itertools.islice(self.steps, i, None))
 
     def _unplan(self, since: float) -> list[Turn]:
         """Drop the planned steps that start at `since` or later; their tokens go back to their
@@ -246,7 +254,9 @@ class Loop:
                 break
             parts.append((t, k))
             room -= k
-        seconds = terms.step_seconds(Step(tuple(t.piece(k) for t, k in parts)), self.rates)
+        running = (t for t in self.streams if t.last is not None and t.last.end <= clock < t.reply_end)
+        decodes = tuple(t.cached + t.tokens for t in running)  # each writes a reply token too
+        seconds = terms.step_seconds(Step(tuple(t.piece(k) for t, k in parts), decodes), self.rates)
         step = EngineStep(clock, clock + seconds, parts)
         for t, k in parts:
             t.read, t.start = t.read + k, min(t.start, clock)
@@ -254,8 +264,3 @@ class Loop:
                 t.last = step
         self.steps.append(step)
         return step
-
-
-def _same(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    """The same times, but for float rounding."""
-    return all(math.isclose(x, y, rel_tol=0, abs_tol=1e-9) or x == y for x, y in zip(a, b, strict=True))
