@@ -81,10 +81,6 @@ class Turn(Prefill):
         """When its stream writes its last reply token (booked gaps: booking.py)."""
         return self.end + max(self.reply - 1, 0) * self.gap
 
-    def piece(self, k: int) -> Piece:
-        """Its next `k` tokens, after those read before them."""
-        return Piece(k, self.cached + self.read, opens=not self.read, cached=self.cached)
-
 
 class Loop:
     """The steps of one replica: formed from its turns by rank, each priced by the cost terms."""
@@ -93,8 +89,10 @@ class Loop:
         self.batch_tokens, self.rates = batch_tokens, rates
         self.queue: deque[Turn] = deque()
         """Turns whose first token may still be ahead, in booking order."""
-        self.streams: list[Turn] = []
-        """Turns whose reply may still be written in a planned step (one token each step)."""
+        self.streams: dict[int, Turn] = {}
+        """Turns whose first token is planned and whose reply may still run, in order of first token."""
+        self.span = 0.0
+        """The longest reply booked (first token to last): older streams are over."""
         self.steps: deque[EngineStep] = deque()
         """Formed and planned steps, in order (those no turn needs any more dropped from the front)."""
         self.free_at = 0.0
@@ -113,15 +111,13 @@ class Loop:
         rank: float | None = None,
         reply: int = 0,
     ) -> Turn:
-        """A prompt of `tokens` new tokens after `cached` ones, ready at `ready_at` with this `rank`
-        (None: its arrival), and a reply of `reply` tokens. Only the steps from when it is ready
-        are planned again."""
+        """A prompt of `tokens` new tokens after `cached`, ready at `ready_at` with this `rank` (None:
+        its arrival), replying `reply` tokens: the steps from when it is ready are planned again."""
         self.forget(now)
         turn = Turn(ready_at, self.alone_s(tokens, cached), math.inf, tokens=max(tokens, 1), cached=cached)
         turn.rank = next(self.arrivals) if rank is None else rank
         turn.reply, turn.gap = reply, terms.step_seconds(Step(decodes=(cached + tokens,)), self.rates)
-        if reply > 1:
-            self.streams.append(turn)
+        self.span = max(self.span, (reply - 1) * turn.gap)
         since = max(ready_at, now)  # a step formed before it is ready is none of its business
         if (turn.rank, ready_at) >= self.top and self.steps:  # last in line: only the end moves
             since = max(since, self.steps[-1].start)
@@ -140,7 +136,8 @@ class Loop:
             self.queue.popleft()
         while self.steps and all(t.end <= now for t, _ in self.steps[0].parts):
             self.steps.popleft()
-        self.streams = [t for t in self.streams if t.reply > 1 and (t.last is None or t.reply_end > now)]
+        for t in list(itertools.takewhile(lambda t: t.end < now - self.span, self.streams.values())):
+            del self.streams[id(t)]  # replies over (the streams are in order of first token)
 
     def stop(self, turn: Prefill, now: float) -> bool:
         """Its client hung up at `now`: its stream writes no more reply tokens (it leaves the next
@@ -165,18 +162,13 @@ class Loop:
         more; it leaves the steps to come (`reflow`). True if it gave tokens back."""
         if not isinstance(turn, Turn) or turn.dropped or turn.end <= now:
             return False
-        keep = max(self.formed_tokens(turn, now), self._tokens_in(turn, keep_s))
+        keep = bisect.bisect_left(range(turn.tokens), keep_s, key=lambda k: self.alone_s(k, turn.cached))
+        keep = max(keep, self.formed_tokens(turn, now))  # (the fewest whose time alone is keep_s)
         if keep >= turn.tokens:
             return False
         turn.tokens, turn.dropped = keep, not keep
         turn.seconds = self.alone_s(keep, turn.cached) if keep else 0.0
         return True
-
-    def _tokens_in(self, turn: Turn, seconds: float) -> int:
-        """The fewest of its tokens whose time alone is at least `seconds` (a bisection)."""
-        return bisect.bisect_left(
-            range(turn.tokens), seconds - 1e-12, key=lambda k: self.alone_s(k, turn.cached)
-        )
 
     def reflow(self, now: float) -> list[Turn]:
         """Plan again from `now` (after hang-ups). The turns whose start or first token moved."""
@@ -194,6 +186,7 @@ class Loop:
         self.queue = deque(t for t in self.queue if id(t) not in gone and t.end > now)  # (over: gone)
         self._unplan(now)
         for t in turns:
+            self.streams.pop(id(t), None)
             t.last, t.start, t.read = None, math.inf, 0
         self.reflow(now)
 
@@ -217,6 +210,7 @@ class Loop:
                 held[id(t)] = t
                 if t.last is step:
                     t.last = None
+                    self.streams.pop(id(t), None)
         return list(held.values())
 
     def _plan(self, now: float, since: float, newcomers: list[Turn]) -> None:
@@ -254,13 +248,19 @@ class Loop:
                 break
             parts.append((t, k))
             room -= k
-        running = (t for t in self.streams if t.last is not None and t.last.end <= clock < t.reply_end)
-        decodes = tuple(t.cached + t.tokens for t in running)  # each writes a reply token too
-        seconds = terms.step_seconds(Step(tuple(t.piece(k) for t, k in parts), decodes), self.rates)
+        pieces = tuple(Piece(k, t.cached + t.read, opens=not t.read, cached=t.cached) for t, k in parts)
+        seconds = terms.step_seconds(Step(pieces, self._decodes(clock)), self.rates)
         step = EngineStep(clock, clock + seconds, parts)
         for t, k in parts:
             t.read, t.start = t.read + k, min(t.start, clock)
             if t.read >= t.tokens:
                 t.last = step
+                self.streams[id(t)] = t
         self.steps.append(step)
         return step
+
+    def _decodes(self, clock: float) -> tuple[int, ...]:
+        """The context of each stream writing a reply token in a step formed at `clock`: its first
+        token came and its reply is not over (the latest first tokens only: `span`)."""
+        recent = itertools.takewhile(lambda t: t.end >= clock - self.span, reversed(self.streams.values()))
+        return tuple(t.cached + t.tokens for t in recent if t.end <= clock < t.reply_end)
