@@ -49,6 +49,11 @@ def book(lane: Loop | PrefillLane, *tokens: int, ready: float = 0.0) -> list[Pre
     return [lane.book(ready, ready, n) for n in tokens]
 
 
+def cancel(lane: Loop, turn: Prefill, now: float, keep_s: float = 0.0) -> list[Turn]:
+    """A hang-up at `now`: the turn keeps what it must (`shorten`), the rest are planned again."""
+    return lane.reflow(now) if lane.shorten(turn, now, keep_s) else []
+
+
 def ends(turns: list[Prefill]) -> list[float]:
     return [round(t.end * TPS, 6) for t in turns]  # in tokens, exact to float rounding
 
@@ -124,7 +129,7 @@ def test_a_prompt_after_an_idle_lane_opens_its_own_batches() -> None:
 def test_a_waiting_prompt_that_hangs_up_leaves_and_the_rest_are_batched_again() -> None:
     lane = loop()
     a, b, c, d = book(lane, 2600, 2600, 2600, 2600)
-    assert isinstance(b, Turn) and lane.cancel(b, now=at(1000)) == [c, d]
+    assert isinstance(b, Turn) and cancel(lane, b, now=at(1000)) == [c, d]
     assert b.dropped and list(lane.queue) == [a, c, d]
     assert ends([a, c, d]) == [4096, 6144, 7800]  # as if b had never come
     assert lane.free_at == pytest.approx(at(7800))
@@ -133,7 +138,7 @@ def test_a_waiting_prompt_that_hangs_up_leaves_and_the_rest_are_batched_again() 
 def test_a_prompt_that_hangs_up_half_way_keeps_its_tokens_and_the_rest_fill_in_behind() -> None:
     lane = loop()
     a, b, c, d = book(lane, 2600, 2600, 2600, 2600)
-    assert isinstance(a, Turn) and lane.cancel(a, now=at(1000)) == [a, d]
+    assert isinstance(a, Turn) and cancel(lane, a, now=at(1000)) == [a, d]
     # a's first step, formed at 0, is computed whole (llama.cpp does not stop a step under
     # way): a keeps its 2,048 tokens and gives back the 552 of its second step. From 2,048 the
     # steps are b's 2,048; b's 552 and c's 1,496; c's 1,104 and d's 944; d's 1,656
@@ -149,7 +154,7 @@ def test_a_hang_up_gives_back_the_place_it_took_in_a_batch_formed_before_it() ->
     c = lane.book(at(2100), at(2100), 100)  # ready after a's last step formed
     assert ends([a, b, c]) == [4096, 5300, 5300]
     assert isinstance(b, Turn)
-    lane.cancel(b, now=at(2200))  # b keeps its 1,496 tokens of the step under way, leaves the rest
+    cancel(lane, b, now=at(2200))  # b keeps its 1,496 tokens of the step under way, leaves the rest
     assert ends([a, c]) == [4096, 4196] and c.start == pytest.approx(at(4096))
 
 
@@ -158,7 +163,7 @@ def test_a_hang_up_after_the_last_batch_is_formed_moves_nothing_back_into_it() -
     a, b = book(lane, 2600, 2600)  # b's last step: tokens 4,096 to 5,200
     c = lane.book(at(4500), at(4500), 100)  # too late for it: its own step
     assert ends([a, b, c]) == [4096, 5200, 5300]
-    assert isinstance(a, Turn) and lane.cancel(a, now=at(4600)) == []  # a's work is over
+    assert isinstance(a, Turn) and cancel(lane, a, now=at(4600)) == []  # a's work is over
     lane.reflow(now=at(4600))
     assert ends([a, b, c]) == [4096, 5200, 5300]
 
@@ -212,7 +217,7 @@ def test_a_hang_up_keeps_the_tokens_a_later_prompt_counts_on() -> None:
 def test_a_hang_up_keeps_the_time_of_the_tokens_it_keeps() -> None:
     lane = loop(timing=GROWING)
     (a,) = grown(lane, 2600)
-    lane.cancel(a, now=0.01)  # its first step (2,048 tokens) is under way: computed whole
+    cancel(lane, a, now=0.01)  # its first step (2,048 tokens) is under way: computed whole
     assert a.tokens == 2048 and len(lane.steps) == 1
     assert a.seconds == pytest.approx(GROWING.prefill_s(2048)) and a.end == pytest.approx(a.seconds)
 
@@ -233,7 +238,7 @@ def test_a_last_piece_of_few_rows_is_paid_by_the_batch_holding_it_not_spread() -
     )
     assert a.end == pytest.approx(PIECES.prefill_s(2590))
     # A hang-up during the first step keeps its 2,048 tokens, with no piece of few rows.
-    lane.cancel(a, now=0.01)
+    cancel(lane, a, now=0.01)
     assert a.tokens == 2048 and a.seconds == pytest.approx(PIECES.read_s(2048))
     assert a.end == pytest.approx(PIECES.read_s(2048))
 
@@ -403,7 +408,7 @@ def test_random_bookings_and_hang_ups_keep_the_steps_whole(seed: int) -> None:
     for _ in range(60):
         now += rng.random() * 0.05
         if turns and rng.random() < 0.25:
-            lane.cancel(rng.choice(turns), now, keep_s=rng.random() * 0.02 * (rng.random() < 0.3))
+            cancel(lane, rng.choice(turns), now, keep_s=rng.random() * 0.02 * (rng.random() < 0.3))
         else:
             n, rank, cached = rng.randint(1, 5000), rng.choice([None, 0, 1, 2, 3]), rng.randint(0, 8000)
             turns.append(lane.book(now + rng.random() * 0.03, now, n, cached, rank))

@@ -87,6 +87,7 @@ class Loop:
 
     def __init__(self, batch_tokens: int, rates: terms.Rates) -> None:
         self.batch_tokens, self.rates = batch_tokens, rates
+        self.terms = [(t.basis, c) for t in terms.TERMS if (c := t.coefficient(rates))]  # (the 0s left out)
         self.queue: deque[Turn] = deque()
         """Turns whose first token may still be ahead, in booking order."""
         self.streams: dict[int, Turn] = {}
@@ -152,18 +153,17 @@ class Loop:
         planned = itertools.takewhile(lambda s: s.start >= now, reversed(self.steps))
         return turn.read - sum(k for s in planned for t, k in s.parts if t is turn)
 
-    def cancel(self, turn: Turn, now: float, keep_s: float = 0.0) -> list[Turn]:
-        """Its client hung up at `now`: `shorten`, then plan again. The turns that moved."""
-        return self.reflow(now) if self.shorten(turn, now, keep_s) else []
-
     def shorten(self, turn: Prefill, now: float, keep_s: float = 0.0) -> bool:
         """Keep the tokens `turn` has in steps formed by `now` (a step under way is computed whole),
         or the fewest whose time alone is `keep_s` (later prompts found them cached), whichever are
         more; it leaves the steps to come (`reflow`). True if it gave tokens back."""
         if not isinstance(turn, Turn) or turn.dropped or turn.end <= now:
             return False
-        keep = bisect.bisect_left(range(turn.tokens), keep_s, key=lambda k: self.alone_s(k, turn.cached))
-        keep = max(keep, self.formed_tokens(turn, now))  # (the fewest whose time alone is keep_s)
+        keep = self.formed_tokens(turn, now)
+        if self.alone_s(keep, turn.cached) < keep_s:  # the fewest whose time alone is keep_s
+            keep = bisect.bisect_left(
+                range(turn.tokens), keep_s, keep, key=lambda k: self.alone_s(k, turn.cached)
+            )
         if keep >= turn.tokens:
             return False
         turn.tokens, turn.dropped = keep, not keep
@@ -249,8 +249,8 @@ class Loop:
             parts.append((t, k))
             room -= k
         pieces = tuple(Piece(k, t.cached + t.read, opens=not t.read, cached=t.cached) for t, k in parts)
-        seconds = terms.step_seconds(Step(pieces, self._decodes(clock)), self.rates)
-        step = EngineStep(clock, clock + seconds, parts)
+        batch = Step(pieces, self._decodes(clock))
+        step = EngineStep(clock, clock + sum(c * basis(batch, self.rates) for basis, c in self.terms), parts)
         for t, k in parts:
             t.read, t.start = t.read + k, min(t.start, clock)
             if t.read >= t.tokens:
