@@ -46,7 +46,7 @@ def loop(batch_tokens: int = 2048, timing: TimingModel = FLAT, slowdown: float =
 def book(lane: Loop | PrefillLane, *tokens: int, ready: float = 0.0) -> list[Prefill]:
     if isinstance(lane, PrefillLane):
         return [lane.book(ready, n / TPS, now=ready) for n in tokens]
-    return [lane.book(ready, ready, n) for n in tokens]
+    return [lane.book(ready, ready, n, 0, None, 0) for n in tokens]
 
 
 def cancel(lane: Loop, turn: Prefill, now: float, keep_s: float = 0.0) -> list[Turn]:
@@ -89,7 +89,7 @@ def test_short_prompts_share_one_batch_and_one_first_token() -> None:
 def test_a_prompt_ready_before_the_last_batch_is_formed_joins_it_and_moves_its_first_tokens() -> None:
     lane = loop()
     turns = book(lane, 2600, 2600, 2600, 2600)  # the last step: tokens 10,240 to 10,400
-    late = lane.book(at(10_000), at(10_000), 100)  # waiting at 10,240
+    late = lane.book(at(10_000), at(10_000), 100, 0, None, 0)  # waiting at 10,240
     assert ends([*turns, late]) == [4096, 6144, 8192, 10500, 10500]
     assert late.start == pytest.approx(at(10240))  # in the last step, from its start
 
@@ -97,7 +97,7 @@ def test_a_prompt_ready_before_the_last_batch_is_formed_joins_it_and_moves_its_f
 def test_a_prompt_ready_after_the_last_batch_is_formed_waits_for_it() -> None:
     lane = loop()
     turns = book(lane, 2600, 2600, 2600, 2600)
-    late = lane.book(at(10_300), at(10_300), 100)  # the step began at 10,240
+    late = lane.book(at(10_300), at(10_300), 100, 0, None, 0)  # the step began at 10,240
     assert ends([*turns, late]) == [4096, 6144, 8192, 10400, 10500]
     assert late.start == pytest.approx(at(10400))
 
@@ -108,8 +108,8 @@ def test_batches_take_the_waiting_prompts_by_seat_not_by_arrival() -> None:
     # the seats in another order, the first of 4 prompts sent at once got its first token last
     # but one). b, in seat 0, takes the first step; a, in seat 1, what is left of the second.
     lane = loop()
-    a = lane.book(0.0, 0.0, 2600, rank=1)
-    b = lane.book(0.0, 0.0, 2600, rank=0)
+    a = lane.book(0.0, 0.0, 2600, 0, 1, 0)
+    b = lane.book(0.0, 0.0, 2600, 0, 0, 0)
     assert ends([a, b]) == [5200, 4096]
     assert [a.start, b.start] == pytest.approx([at(2048), 0.0])
     # no seats: the rank is the arrival, first come first served
@@ -151,7 +151,7 @@ def test_a_prompt_that_hangs_up_half_way_keeps_its_tokens_and_the_rest_fill_in_b
 def test_a_hang_up_gives_back_the_place_it_took_in_a_batch_formed_before_it() -> None:
     lane = loop()
     a, b = book(lane, 2600, 2600)  # b's first 1,496 tokens in a's last step: a's first token at 4,096
-    c = lane.book(at(2100), at(2100), 100)  # ready after a's last step formed
+    c = lane.book(at(2100), at(2100), 100, 0, None, 0)  # ready after a's last step formed
     assert ends([a, b, c]) == [4096, 5300, 5300]
     assert isinstance(b, Turn)
     cancel(lane, b, now=at(2200))  # b keeps its 1,496 tokens of the step under way, leaves the rest
@@ -161,7 +161,7 @@ def test_a_hang_up_gives_back_the_place_it_took_in_a_batch_formed_before_it() ->
 def test_a_hang_up_after_the_last_batch_is_formed_moves_nothing_back_into_it() -> None:
     lane = loop()
     a, b = book(lane, 2600, 2600)  # b's last step: tokens 4,096 to 5,200
-    c = lane.book(at(4500), at(4500), 100)  # too late for it: its own step
+    c = lane.book(at(4500), at(4500), 100, 0, None, 0)  # too late for it: its own step
     assert ends([a, b, c]) == [4096, 5200, 5300]
     assert isinstance(a, Turn) and cancel(lane, a, now=at(4600)) == []  # a's work is over
     lane.reflow(now=at(4600))
@@ -173,7 +173,7 @@ GROWING = dataclasses.replace(FLAT, attention_ns=100.0)
 
 
 def grown(lane: Loop, *tokens: int, context: int = 0) -> list[Turn]:
-    return [lane.book(0.0, 0.0, n, context) for n in tokens]
+    return [lane.book(0.0, 0.0, n, context, None, 0) for n in tokens]
 
 
 def test_a_prompts_first_tokens_cost_what_a_prompt_that_short_costs() -> None:
@@ -411,7 +411,7 @@ def test_random_bookings_and_hang_ups_keep_the_steps_whole(seed: int) -> None:
             cancel(lane, rng.choice(turns), now, keep_s=rng.random() * 0.02 * (rng.random() < 0.3))
         else:
             n, rank, cached = rng.randint(1, 5000), rng.choice([None, 0, 1, 2, 3]), rng.randint(0, 8000)
-            turns.append(lane.book(now + rng.random() * 0.03, now, n, cached, rank))
+            turns.append(lane.book(now + rng.random() * 0.03, now, n, cached, rank, 0))
         steps = list(lane.steps)
         for a, b in itertools.pairwise(steps):
             assert a.end <= b.start + 1e-12

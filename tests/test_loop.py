@@ -127,3 +127,35 @@ def test_decode_streams_share_a_step_with_a_prompt_piece() -> None:
     # step writes a's token only: 0.4145152 + 0.0026 -> 0.7171152; then 0.3354848 -> 1.0526
     b, steps = run(hang_up=True)
     assert steps[-2].end == pytest.approx(0.7171152) and b.first_token_at == pytest.approx(1.0526)
+
+
+def test_decode_first_takes_prompts_by_arrival_and_the_streams_tokens_out_of_the_budget() -> None:
+    # --step-policy vllm (vLLM's and SGLang's chunked prefill). The first test's 4 prompts on 2
+    # seats: steps 1 and 2 as there; at a's first token c takes seat 0, but b came first:
+    #  step 3: b 1,904 (after 1,096): 0.1904 + 100e-9·1,904·2,048 = 0.5803392
+    #          c 144 (after 0):       0.0144 + 100e-9·144·72     = 0.0154368 -> 1.5154368: b's first
+    #  step 4: c 2,048 (after 144):   0.2048 + 100e-9·2,048·1,168 = 0.4440064 -> 1.9594432
+    #  step 5: c 808 (after 2,192):   0.2905568
+    #          d 1,240 (after 0):     0.124 + 100e-9·1,240·620    = 0.20088   -> 2.45088: c's first
+    #  step 6: d 1,760 (after 1,240): 0.176 + 100e-9·1,760·2,120  = 0.54912   -> 3.0: d's first
+    m = model(seats=2, block_tokens=16, step_policy="vllm")
+    a, b, c, d = (m.book(prompt(3000, i), 1, 0.0, 0.0) for i in range(4))
+    steps = list(loop_of(m).steps)
+    assert [parts(s, a, b, c, d) for s in steps[2:]] == [
+        [("b", 1904), ("c", 144)],
+        [("c", 2048)],
+        [("c", 808), ("d", 1240)],
+        [("d", 1760)],
+    ]
+    assert [x.first_token_at for x in (a, b, c, d)] == pytest.approx([0.9196608, 1.5154368, 2.45088, 3.0])
+    # A stream decoding takes one token of the 2,048: a (1,000 tokens, 0.15 s, then 100 reply
+    # tokens 0.0026 s apart: to 0.4074) decodes while b (3,000 tokens) comes at 0.2:
+    #  step 1: b 2,047 (after 0): 0.2047 + 100e-9·2,047·1,023.5 = 0.41421045, a's token 0.0026
+    #                                                           -> 0.61681045
+    #  step 2: b 953 (after 2,047): 0.0953 + 100e-9·953·2,523.5 = 0.33578955 -> 0.9526
+    m = model(decode_context_ns=100.0, step_policy="vllm")
+    a = m.book(prompt(1000, 0), 100, 0.0, 0.0)
+    b = m.book(prompt(3000, 1), 1, 0.2, 0.2)
+    steps = list(loop_of(m).steps)
+    assert [parts(s, a, b) for s in steps[-2:]] == [[("b", 2047)], [("b", 953)]]
+    assert steps[-2].end == pytest.approx(0.61681045) and b.first_token_at == pytest.approx(0.9526)

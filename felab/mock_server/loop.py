@@ -82,11 +82,17 @@ class Turn(Prefill):
         return self.end + max(self.reply - 1, 0) * self.gap
 
 
-class Loop:
-    """The steps of one replica: formed from its turns by rank, each priced by the cost terms."""
+POLICIES = ("llamacpp", "vllm")
+"""How a step is filled (--step-policy): llama.cpp's, or vLLM's and SGLang's (`decode_first`)."""
 
-    def __init__(self, batch_tokens: int, rates: terms.Rates) -> None:
-        self.batch_tokens, self.rates = batch_tokens, rates
+
+class Loop:
+    """The steps of one replica: formed from its turns by rank, each priced by the cost terms.
+    `decode_first` (vLLM, SGLang): the streams decoding take their tokens of the budget first, and
+    prompts go by arrival, chunked to fill the rest (llama.cpp: by seat, the budget for prompts)."""
+
+    def __init__(self, batch_tokens: int, rates: terms.Rates, decode_first: bool = False) -> None:
+        self.batch_tokens, self.rates, self.decode_first = batch_tokens, rates, decode_first
         self.terms = [(t.basis, c) for t in terms.TERMS if (c := t.coefficient(rates))]  # (the 0s left out)
         self.queue: deque[Turn] = deque()
         """Turns whose first token may still be ahead, in booking order."""
@@ -103,26 +109,18 @@ class Loop:
         self.top = (-math.inf, -math.inf)
         """The highest rank and latest ready time booked: a newcomer past both only adds to the end."""
 
-    def book(
-        self,
-        ready_at: float,
-        now: float,
-        tokens: int,
-        cached: int = 0,
-        rank: float | None = None,
-        reply: int = 0,
-    ) -> Turn:
-        """A prompt of `tokens` new tokens after `cached`, ready at `ready_at` with this `rank` (None:
-        its arrival), replying `reply` tokens: the steps from when it is ready are planned again."""
+    def book(self, ready: float, now: float, new: int, cached: int, rank: float | None, reply: int) -> Turn:
+        """A prompt of `new` tokens after `cached`, ready at `ready` with this `rank` (its seat; None,
+        or decode-first: its arrival), replying `reply` tokens: the steps from `ready` are planned again."""
         self.forget(now)
-        turn = Turn(ready_at, self.alone_s(tokens, cached), math.inf, tokens=max(tokens, 1), cached=cached)
-        turn.rank = next(self.arrivals) if rank is None else rank
-        turn.reply, turn.gap = reply, terms.step_seconds(Step(decodes=(cached + tokens,)), self.rates)
+        turn = Turn(ready, self.alone_s(new, cached), math.inf, tokens=max(new, 1), cached=cached)
+        turn.rank = next(self.arrivals) if rank is None or self.decode_first else rank
+        turn.reply, turn.gap = reply, terms.step_seconds(Step(decodes=(cached + new,)), self.rates)
         self.span = max(self.span, (reply - 1) * turn.gap)
-        since = max(ready_at, now)  # a step formed before it is ready is none of its business
-        if (turn.rank, ready_at) >= self.top and self.steps:  # last in line: only the end moves
+        since = max(ready, now)  # a step formed before it is ready is none of its business
+        if (turn.rank, ready) >= self.top and self.steps:  # last in line: only the end moves
             since = max(since, self.steps[-1].start)
-        self.top = (max(self.top[0], turn.rank), max(self.top[1], ready_at))
+        self.top = (max(self.top[0], turn.rank), max(self.top[1], ready))
         self.queue.append(turn)
         self._plan(now, since, [turn])
         return turn
@@ -193,8 +191,8 @@ class Loop:
     def rejoin(self, turn: Turn, ready_at: float, rank: float, now: float) -> list[Turn]:
         """Put back a turn taken out by `withdraw`, ready at `ready_at` (its admission) with this
         `rank` (its seat), as a newcomer is booked. The turns that plan placed again."""
-        turn.ready_at, turn.rank = ready_at, rank
-        self.top = (max(self.top[0], rank), max(self.top[1], ready_at))
+        turn.ready_at, turn.rank = ready_at, turn.rank if self.decode_first else rank
+        self.top = (max(self.top[0], turn.rank), max(self.top[1], ready_at))
         self.queue.append(turn)
         self._plan(now, max(ready_at, now), [turn])
         return self.replanned
@@ -242,14 +240,15 @@ class Loop:
     def _form(self, ready: list[Turn], clock: float) -> EngineStep:
         """The step formed at `clock` from the turns ready, by rank: each as many tokens as fit."""
         parts: list[tuple[Turn, int]] = []
-        room = self.batch_tokens
+        decodes = self._decodes(clock)  # decode-first: the streams' tokens take their room first
+        room = max(self.batch_tokens - len(decodes), 1) if self.decode_first else self.batch_tokens
         for t in ready:
             if (k := min(room, t.tokens - t.read)) <= 0:
                 break
             parts.append((t, k))
             room -= k
         pieces = tuple(Piece(k, t.cached + t.read, opens=not t.read, cached=t.cached) for t, k in parts)
-        batch = Step(pieces, self._decodes(clock))
+        batch = Step(pieces, decodes)
         step = EngineStep(clock, clock + sum(c * basis(batch, self.rates) for basis, c in self.terms), parts)
         for t, k in parts:
             t.read, t.start = t.read + k, min(t.start, clock)
