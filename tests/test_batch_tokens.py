@@ -273,11 +273,12 @@ def test_the_model_books_batched_first_tokens_and_none_keeps_the_plain_lane() ->
     bookings = [model.book(prompt(2600, i), 4, 0.0, 0.0) for i in range(4)]
     # The steps of the lane test above, with the replies: a stream whose first token came writes
     # a reply token in each step until its reply (4 tokens, 2.5 ms apart at 400 tokens/s) is
-    # over, and each such step takes 1/400 s more (the decode rate's term). a's first token ends
-    # step 2 (4,096); step 3 writes a's second token: 2,048 prompt tokens + 25 (2.5 ms) -> 6,169,
-    # b's first; step 4 writes b's: -> 8,242, c's; step 5 c's -> 10,315; step 6, d's last 160
-    # tokens, after c's reply (8,242 + 75) is over: -> 10,475.
-    assert [round(b.ttft_s * TPS, 6) for b in bookings] == [4096, 6169, 8242, 10475]
+    # over; the token takes one of the 2,048 (llama-server adds it to the batch first) and 1/400 s
+    # more (the decode rate's term). a's first token ends step 2 (4,096); step 3 writes a's second
+    # token and b's 1,104 and c's 943 prompt tokens: 2,047 + 25 (2.5 ms) -> 6,168, b's first;
+    # step 4, b's token, c's 1,657 and d's 390 -> 8,240, c's; step 5, c's token and d's 2,047 ->
+    # 10,312; step 6, d's last 163 tokens, after c's reply (8,240 + 75) is over: -> 10,475.
+    assert [round(b.ttft_s * TPS, 6) for b in bookings] == [4096, 6168, 8240, 10475]
     assert type(PracticeModel(Settings()).fleet.replicas[0].lane) is PrefillLane
 
 
@@ -295,9 +296,9 @@ def test_a_hang_up_in_the_model_re_batches_the_prompts_behind_it() -> None:
     model = batched()
     a, b, c, d = (model.book(prompt(2600, i), 4, 0.0, 0.0) for i in range(4))
     assert model.cancel(b, now=at(1000))  # waiting: it leaves, and those behind it move
-    # as if b had never come: a's 2,048; a's 552 and c's 1,496 (4,096); c's 1,104 and d's 944,
-    # with a's reply token (+25: 6,169); d's 1,656 with c's (+25: 7,850)
-    assert [round(x.ttft_s * TPS, 6) for x in (a, c, d)] == [4096, 6169, 7850]
+    # as if b had never come: a's 2,048; a's 552 and c's 1,496 (4,096); a's reply token, c's 1,104
+    # and d's 943 (2,047 + 25: 6,168); c's reply token and d's 1,657 (+25: 7,850)
+    assert [round(x.ttft_s * TPS, 6) for x in (a, c, d)] == [4096, 6168, 7850]
 
 
 def test_a_hang_up_with_seats_and_batches_gives_the_seat_and_the_lane_back() -> None:
@@ -324,7 +325,7 @@ def test_a_replay_counts_the_batched_first_tokens(tmp_path: Path) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     s = Settings(block_tokens=64, prefill_tps=TPS, overhead_ms=0.0, batch_tokens=2048)
     tally, _, _ = virtual.replay(path, trace.read_trace(path), s)  # (the model test's steps)
-    assert sorted(round(t * TPS, 6) for t in tally.ttft_s) == [4096, 6169, 8242, 10475]
+    assert sorted(round(t * TPS, 6) for t in tally.ttft_s) == [4096, 6168, 8240, 10475]
 
 
 def test_a_replay_retires_a_reply_at_its_moved_end(tmp_path: Path) -> None:

@@ -103,11 +103,13 @@ def test_decode_streams_share_a_step_with_a_prompt_piece() -> None:
     # = 0.2125 s, both first tokens then. Each writes a reply of 100 tokens; alone, a decode step
     # of a takes 1/400 + 100e-9·1,000 (decode_context_ns 100) = 0.0026 s, so its booked reply
     # ends at 0.2125 + 99·0.0026 = 0.4699; c's at 0.2125 + 99·0.00255 = 0.464950.
-    # b (3,000 tokens) comes at 0.3, while both decode. Its first step writes their tokens too:
-    #   b 2,048 (after 0)                                  0.4145152
+    # b (3,000 tokens) comes at 0.3, while both decode. Its first step writes their tokens first,
+    # and they take 2 of the 2,048 tokens (llama-server adds them to its batch before prompts):
+    #   b 2,046 (after 0): 0.2046 + 100e-9·2,046·1,023 = 0.4139058
     #   2 streams: 1/400 + 0.5/400·(2 − 1) + 100e-9·(1,000 + 500) = 0.0039
-    #                                                      -> 0.7184152
-    # its second starts after both replies: b 952 (after 2,048) 0.3354848 -> 1.0539
+    #                                                      -> 0.7178058
+    # its second starts after both replies: b 954 (after 2,046): 0.0954 + 100e-9·954·2,523
+    #                                                      = 0.3360942 -> 1.0539
     def run(hang_up: bool) -> tuple[Booking, list[EngineStep]]:
         m = model(decode_context_ns=100.0, decode_slowdown=0.5)
         a = m.book(prompt(1000, 0), 100, 0.0, 0.0)
@@ -120,16 +122,18 @@ def test_decode_streams_share_a_step_with_a_prompt_piece() -> None:
 
     b, steps = run(hang_up=False)
     assert [t for s in steps[-2:] for t in (s.start, s.end)] == pytest.approx(
-        [0.3, 0.7184152, 0.7184152, 1.0539]
+        [0.3, 0.7178058, 0.7178058, 1.0539]
     )
-    assert b.first_token_at == pytest.approx(1.0539)
+    assert b.first_token_at == pytest.approx(1.0539) and [k for _, k in steps[-2].parts] == [2046]
     # c hangs up at 0.25, during its reply: its stream leaves the steps to come, and b's first
-    # step writes a's token only: 0.4145152 + 0.0026 -> 0.7171152; then 0.3354848 -> 1.0526
+    # step writes a's token only: b 2,047: 0.2047 + 100e-9·2,047·1,023.5 = 0.41421045, + 0.0026
+    # -> 0.71681045; then b 953: 0.0953 + 100e-9·953·2,523.5 = 0.33578955 -> 1.0526
     b, steps = run(hang_up=True)
-    assert steps[-2].end == pytest.approx(0.7171152) and b.first_token_at == pytest.approx(1.0526)
+    assert steps[-2].end == pytest.approx(0.71681045) and b.first_token_at == pytest.approx(1.0526)
+    assert [k for _, k in steps[-2].parts] == [2047]
 
 
-def test_decode_first_takes_prompts_by_arrival_and_the_streams_tokens_out_of_the_budget() -> None:
+def test_the_vllm_policy_takes_prompts_by_arrival() -> None:
     # --step-policy vllm (vLLM's and SGLang's chunked prefill). The first test's 4 prompts on 2
     # seats: steps 1 and 2 as there; at a's first token c takes seat 0, but b came first:
     #  step 3: b 1,904 (after 1,096): 0.1904 + 100e-9·1,904·2,048 = 0.5803392
@@ -148,14 +152,3 @@ def test_decode_first_takes_prompts_by_arrival_and_the_streams_tokens_out_of_the
         [("d", 1760)],
     ]
     assert [x.first_token_at for x in (a, b, c, d)] == pytest.approx([0.9196608, 1.5154368, 2.45088, 3.0])
-    # A stream decoding takes one token of the 2,048: a (1,000 tokens, 0.15 s, then 100 reply
-    # tokens 0.0026 s apart: to 0.4074) decodes while b (3,000 tokens) comes at 0.2:
-    #  step 1: b 2,047 (after 0): 0.2047 + 100e-9·2,047·1,023.5 = 0.41421045, a's token 0.0026
-    #                                                           -> 0.61681045
-    #  step 2: b 953 (after 2,047): 0.0953 + 100e-9·953·2,523.5 = 0.33578955 -> 0.9526
-    m = model(decode_context_ns=100.0, step_policy="vllm")
-    a = m.book(prompt(1000, 0), 100, 0.0, 0.0)
-    b = m.book(prompt(3000, 1), 1, 0.2, 0.2)
-    steps = list(loop_of(m).steps)
-    assert [parts(s, a, b) for s in steps[-2:]] == [[("b", 2047)], [("b", 953)]]
-    assert steps[-2].end == pytest.approx(0.61681045) and b.first_token_at == pytest.approx(0.9526)

@@ -153,7 +153,7 @@ class PracticeModel:
         if settings.batch_tokens is not None:  # first tokens at the ends of engine steps (loop.py)
             rates = rates_with(self.timing, settings.batch_slowdown)
             for r in self.fleet.replicas:
-                r.lane = Loop(settings.batch_tokens, rates, decode_first=settings.step_policy == "vllm")
+                r.lane = Loop(settings.batch_tokens, rates, by_arrival=settings.step_policy == "vllm")
         self.ids = itertools.count()
         self.live: dict[str, Booking] = {}
         """Bookings whose reply is not over, in the order they were booked."""

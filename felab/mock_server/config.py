@@ -187,9 +187,9 @@ class Settings:
         low=1, high=MAX_TOKENS, words={"none": None}, column="batch tokens",
     )  # fmt: skip
     step_policy: str = setting(
-        "llamacpp", "with --batch-tokens: how a step is filled: llamacpp (seats in order, each with as many "
-        "prompt tokens as fit, and a token of each stream decoding) or vllm (vLLM's and SGLang's chunked "
-        "prefill: each stream decoding first, then prompts in arrival order, chunked to fill the rest)",
+        "llamacpp", "with --batch-tokens: whose prompt tokens fill a step, after a token of each stream "
+        "decoding: llamacpp (by seat: llama.cpp walks its slots in order) or vllm (by arrival: vLLM's and "
+        "SGLang's chunked prefill)",
         choices=POLICIES, column="step policy",
     )  # fmt: skip
     batch_slowdown: float = setting(

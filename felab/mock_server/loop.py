@@ -1,8 +1,8 @@
 """The engine loop of one replica (--batch-tokens): steps formed as llama-server forms them.
 
-Each step (a forward pass), llama-server walks its seats in order; each seat with prompt tokens
-still to read puts in as many as there is room for in `batch_tokens` (-b), each stream writing
-its reply one token. A step lasts what the cost terms say of exactly what it holds
+Each step (a forward pass), each stream writing its reply puts in one token; then llama-server
+walks its seats in order, each with prompt tokens still to read putting in as many as there is
+room for in `batch_tokens` (-b). A step lasts what the cost terms say of exactly what it holds
 (`terms.step_seconds`: each piece after its own context, each stream's context), and a prompt's
 first token comes at the end of the step holding its last prompt token. So four 2,600-token
 prompts sent at once get first tokens at the ends of steps 2, 3, 4 and 6 (tokens 4,096, 6,144,
@@ -83,16 +83,17 @@ class Turn(Prefill):
 
 
 POLICIES = ("llamacpp", "vllm")
-"""How a step is filled (--step-policy): llama.cpp's, or vLLM's and SGLang's (`decode_first`)."""
+"""Whose prompt tokens a step takes first (--step-policy): by seat (llama.cpp), or by arrival
+(vLLM's and SGLang's schedulers: `by_arrival`)."""
 
 
 class Loop:
-    """The steps of one replica: formed from its turns by rank, each priced by the cost terms.
-    `decode_first` (vLLM, SGLang): the streams decoding take their tokens of the budget first, and
-    prompts go by arrival, chunked to fill the rest (llama.cpp: by seat, the budget for prompts)."""
+    """The steps of one replica: formed from its turns by rank, each priced by the cost terms. The
+    streams decoding take their tokens of the budget first (llama-server adds them to its batch
+    before any prompt token; vLLM schedules running requests first); prompts fill the rest."""
 
-    def __init__(self, batch_tokens: int, rates: terms.Rates, decode_first: bool = False) -> None:
-        self.batch_tokens, self.rates, self.decode_first = batch_tokens, rates, decode_first
+    def __init__(self, batch_tokens: int, rates: terms.Rates, by_arrival: bool = False) -> None:
+        self.batch_tokens, self.rates, self.by_arrival = batch_tokens, rates, by_arrival
         self.terms = [(t.basis, c) for t in terms.TERMS if (c := t.coefficient(rates))]  # (the 0s left out)
         self.queue: deque[Turn] = deque()
         """Turns whose first token may still be ahead, in booking order."""
@@ -111,10 +112,10 @@ class Loop:
 
     def book(self, ready: float, now: float, new: int, cached: int, rank: float | None, reply: int) -> Turn:
         """A prompt of `new` tokens after `cached`, ready at `ready` with this `rank` (its seat; None,
-        or decode-first: its arrival), replying `reply` tokens: the steps from `ready` are planned again."""
+        or by arrival: its arrival), replying `reply` tokens: the steps from `ready` are planned again."""
         self.forget(now)
         turn = Turn(ready, self.alone_s(new, cached), math.inf, tokens=max(new, 1), cached=cached)
-        turn.rank = next(self.arrivals) if rank is None or self.decode_first else rank
+        turn.rank = next(self.arrivals) if rank is None or self.by_arrival else rank
         turn.reply, turn.gap = reply, terms.step_seconds(Step(decodes=(cached + new,)), self.rates)
         self.span = max(self.span, (reply - 1) * turn.gap)
         since = max(ready, now)  # a step formed before it is ready is none of its business
@@ -191,7 +192,7 @@ class Loop:
     def rejoin(self, turn: Turn, ready_at: float, rank: float, now: float) -> list[Turn]:
         """Put back a turn taken out by `withdraw`, ready at `ready_at` (its admission) with this
         `rank` (its seat), as a newcomer is booked. The turns that plan placed again."""
-        turn.ready_at, turn.rank = ready_at, turn.rank if self.decode_first else rank
+        turn.ready_at, turn.rank = ready_at, turn.rank if self.by_arrival else rank
         self.top = (max(self.top[0], turn.rank), max(self.top[1], ready_at))
         self.queue.append(turn)
         self._plan(now, max(ready_at, now), [turn])
@@ -240,8 +241,8 @@ class Loop:
     def _form(self, ready: list[Turn], clock: float) -> EngineStep:
         """The step formed at `clock` from the turns ready, by rank: each as many tokens as fit."""
         parts: list[tuple[Turn, int]] = []
-        decodes = self._decodes(clock)  # decode-first: the streams' tokens take their room first
-        room = max(self.batch_tokens - len(decodes), 1) if self.decode_first else self.batch_tokens
+        decodes = self._decodes(clock)  # their tokens take their room first
+        room = max(self.batch_tokens - len(decodes), 1)  # (decode alone is no step here: one token)
         for t in ready:
             if (k := min(room, t.tokens - t.read)) <= 0:
                 break
