@@ -24,10 +24,14 @@ import pytest
 from felab.mock_server.booking import PracticeModel, Prompt
 from felab.mock_server.config import Settings
 from felab.mock_server.launch import practice_server
-from felab.mock_server.timing import BatchedPrefill, BatchLane, Prefill, PrefillLane, TimingModel
+from felab.mock_server.loop import EngineStep, Loop, Turn
+from felab.mock_server.step import Piece, Step
+from felab.mock_server.terms import step_seconds
+from felab.mock_server.timing import Prefill, PrefillLane, TimingModel
 from felab.replay import trace, virtual
 
 TPS = 10_000.0
+FLAT = TimingModel(overhead_ms=0.0, prefill_tokens_per_s=TPS, decode_tokens_per_s=400.0)
 
 
 def at(tokens: float) -> float:
@@ -35,22 +39,33 @@ def at(tokens: float) -> float:
     return tokens / TPS
 
 
-def book(lane: PrefillLane, *tokens: int, ready: float = 0.0) -> list[Prefill]:
-    return [lane.book(ready, n / TPS, now=ready, tokens=n) for n in tokens]
+def loop(batch_tokens: int = 2048, timing: TimingModel = FLAT, slowdown: float = 0.0) -> Loop:
+    return Loop(batch_tokens, dataclasses.replace(timing, batch_slowdown=slowdown))
+
+
+def book(lane: Loop | PrefillLane, *tokens: int, ready: float = 0.0) -> list[Prefill]:
+    if isinstance(lane, PrefillLane):
+        return [lane.book(ready, n / TPS, now=ready) for n in tokens]
+    return [lane.book(ready, ready, n, 0, None, 0) for n in tokens]
+
+
+def cancel(lane: Loop, turn: Prefill, now: float, keep_s: float = 0.0) -> list[Turn]:
+    """A hang-up at `now`: the turn keeps what it must (`shorten`), the rest are planned again."""
+    return lane.reflow(now) if lane.shorten(turn, now, keep_s) else []
 
 
 def ends(turns: list[Prefill]) -> list[float]:
     return [round(t.end * TPS, 6) for t in turns]  # in tokens, exact to float rounding
 
 
-# ── The lane ────────────────────────────────────────────────────────────────
+# ── The loop ────────────────────────────────────────────────────────────────
 
 
 def test_four_long_prompts_at_once_get_the_ends_of_batches_2_3_4_and_6() -> None:
-    lane = BatchLane(2048)
+    lane = loop()
     turns = book(lane, 2600, 2600, 2600, 2600)
     assert ends(turns) == [4096, 6144, 8192, 10400]
-    # each starts in the first batch that holds any of its tokens
+    # each starts in the first step that holds any of its tokens
     assert [t.start for t in turns] == pytest.approx([at(0), at(2048), at(4096), at(6144)])
     assert lane.free_at == pytest.approx(at(10400))
 
@@ -61,135 +76,132 @@ def test_one_prompt_after_another_without_batches() -> None:
 
 
 def test_a_batch_of_one_token_is_one_prompt_after_another() -> None:
-    lane = BatchLane(1)  # no batch has room for a second prompt: the plain lane's times
+    lane = loop(1)  # no step has room for a second prompt: the plain lane's times
     assert ends(book(lane, 2600, 2600, 2600, 2600)) == [2600, 5200, 7800, 10400]
 
 
 def test_short_prompts_share_one_batch_and_one_first_token() -> None:
-    lane = BatchLane(2048)
-    assert ends(book(lane, 100, 100, 100, 100, 100)) == [500] * 5
-    lane = BatchLane(2048)  # the third only starts in the first batch: its rest makes its own
-    assert ends(book(lane, 1000, 1000, 1000)) == [2048, 2048, 3000]
+    assert ends(book(loop(), 100, 100, 100, 100, 100)) == [500] * 5
+    # the third only starts in the first step: its rest makes its own
+    assert ends(book(loop(), 1000, 1000, 1000)) == [2048, 2048, 3000]
 
 
 def test_a_prompt_ready_before_the_last_batch_is_formed_joins_it_and_moves_its_first_tokens() -> None:
-    lane = BatchLane(2048)
-    turns = book(lane, 2600, 2600, 2600, 2600)  # the last batch: tokens 10,240 to 10,400
-    late = lane.book(at(10_000), at(100), now=at(10_000), tokens=100)  # waiting at 10,240
+    lane = loop()
+    turns = book(lane, 2600, 2600, 2600, 2600)  # the last step: tokens 10,240 to 10,400
+    late = lane.book(at(10_000), at(10_000), 100, 0, None, 0)  # waiting at 10,240
     assert ends([*turns, late]) == [4096, 6144, 8192, 10500, 10500]
-    assert late.start == pytest.approx(at(10240))  # in the last batch, from its start
+    assert late.start == pytest.approx(at(10240))  # in the last step, from its start
 
 
 def test_a_prompt_ready_after_the_last_batch_is_formed_waits_for_it() -> None:
-    lane = BatchLane(2048)
+    lane = loop()
     turns = book(lane, 2600, 2600, 2600, 2600)
-    late = lane.book(at(10_300), at(100), now=at(10_300), tokens=100)  # the batch began at 10,240
+    late = lane.book(at(10_300), at(10_300), 100, 0, None, 0)  # the step began at 10,240
     assert ends([*turns, late]) == [4096, 6144, 8192, 10400, 10500]
     assert late.start == pytest.approx(at(10400))
 
 
 def test_batches_take_the_waiting_prompts_by_seat_not_by_arrival() -> None:
-    # llama.cpp walks its slots in order when it fills a batch: a prompt that came second but sits
+    # llama.cpp walks its slots in order when it fills a step: a prompt that came second but sits
     # in the first seat is prefilled first (as measured on llama-server: after earlier work left
     # the seats in another order, the first of 4 prompts sent at once got its first token last
-    # but one). b, in seat 0, takes the first batch; a, in seat 1, what is left of the second.
-    lane = BatchLane(2048)
-    a = lane.book(0.0, at(2600), now=0.0, tokens=2600, rank=1)
-    b = lane.book(0.0, at(2600), now=0.0, tokens=2600, rank=0)
+    # but one). b, in seat 0, takes the first step; a, in seat 1, what is left of the second.
+    lane = loop()
+    a = lane.book(0.0, 0.0, 2600, 0, 1, 0)
+    b = lane.book(0.0, 0.0, 2600, 0, 0, 0)
     assert ends([a, b]) == [5200, 4096]
     assert [a.start, b.start] == pytest.approx([at(2048), 0.0])
-    lane = BatchLane(2048)  # no seats: the rank is the arrival, first come first served
-    assert ends(book(lane, 2600, 2600)) == [4096, 5200]
+    # no seats: the rank is the arrival, first come first served
+    assert ends(book(loop(), 2600, 2600)) == [4096, 5200]
 
 
 def test_a_prompt_after_an_idle_lane_opens_its_own_batches() -> None:
-    lane = BatchLane(2048)
+    lane = loop()
     book(lane, 2600)
     (late,) = book(lane, 5000, ready=1.0)
     assert late.start == 1.0 and late.end == pytest.approx(1.0 + at(5000))
 
 
-# ── Hang-ups: the turns not in a formed batch are placed again by the same rule ──
+# ── Hang-ups: the turns not in a formed step are placed again by the same rule ──
 
 
 def test_a_waiting_prompt_that_hangs_up_leaves_and_the_rest_are_batched_again() -> None:
-    lane = BatchLane(2048)
+    lane = loop()
     a, b, c, d = book(lane, 2600, 2600, 2600, 2600)
-    assert lane.cancel(b, now=at(1000)) == [c, d]
+    assert isinstance(b, Turn) and cancel(lane, b, now=at(1000)) == [c, d]
     assert b.dropped and list(lane.queue) == [a, c, d]
     assert ends([a, c, d]) == [4096, 6144, 7800]  # as if b had never come
     assert lane.free_at == pytest.approx(at(7800))
 
 
 def test_a_prompt_that_hangs_up_half_way_keeps_its_tokens_and_the_rest_fill_in_behind() -> None:
-    lane = BatchLane(2048)
+    lane = loop()
     a, b, c, d = book(lane, 2600, 2600, 2600, 2600)
-    assert lane.cancel(a, now=at(1000)) == [a, d]
-    # a's first batch, formed at 0, is computed whole (llama.cpp does not stop a batch under
-    # way): a keeps its 2,048 tokens and gives back the 552 of its second batch. From 2,048 the
-    # batches are b's 2,048; b's 552 and c's 1,496; c's 1,104 and d's 944; d's 1,656
-    assert isinstance(a, BatchedPrefill) and a.tokens == 2048 and a.seconds == pytest.approx(at(2048))
+    assert isinstance(a, Turn) and cancel(lane, a, now=at(1000)) == [a, d]
+    # a's first step, formed at 0, is computed whole (llama.cpp does not stop a step under
+    # way): a keeps its 2,048 tokens and gives back the 552 of its second step. From 2,048 the
+    # steps are b's 2,048; b's 552 and c's 1,496; c's 1,104 and d's 944; d's 1,656
+    assert a.tokens == 2048 and lane.formed_tokens(a, at(1000)) == 2048
+    assert a.seconds == pytest.approx(at(2048))
     assert ends([a, b, c, d]) == [2048, 6144, 8192, 9848]
     assert [t.start for t in (b, c, d)] == pytest.approx([at(2048), at(4096), at(6144)])
 
 
 def test_a_hang_up_gives_back_the_place_it_took_in_a_batch_formed_before_it() -> None:
-    lane = BatchLane(2048)
-    a, b = book(lane, 2600, 2600)  # b's first 1,496 tokens in a's last batch: a's first token at 4,096
-    c = lane.book(at(2100), at(100), now=at(2100), tokens=100)  # ready after a's last batch formed
+    lane = loop()
+    a, b = book(lane, 2600, 2600)  # b's first 1,496 tokens in a's last step: a's first token at 4,096
+    c = lane.book(at(2100), at(2100), 100, 0, None, 0)  # ready after a's last step formed
     assert ends([a, b, c]) == [4096, 5300, 5300]
-    lane.cancel(b, now=at(2200))  # b keeps its 1,496 tokens of the batch under way, leaves the rest
+    assert isinstance(b, Turn)
+    cancel(lane, b, now=at(2200))  # b keeps its 1,496 tokens of the step under way, leaves the rest
     assert ends([a, c]) == [4096, 4196] and c.start == pytest.approx(at(4096))
 
 
 def test_a_hang_up_after_the_last_batch_is_formed_moves_nothing_back_into_it() -> None:
-    lane = BatchLane(2048)
-    a, b = book(lane, 2600, 2600)  # b's last batch: tokens 4,096 to 5,200
-    c = lane.book(at(4500), at(100), now=at(4500), tokens=100)  # too late for it: its own batch
+    lane = loop()
+    a, b = book(lane, 2600, 2600)  # b's last step: tokens 4,096 to 5,200
+    c = lane.book(at(4500), at(4500), 100, 0, None, 0)  # too late for it: its own step
     assert ends([a, b, c]) == [4096, 5200, 5300]
-    assert lane.cancel(a, now=at(4600)) == []  # a's work is over: nothing to give back
+    assert isinstance(a, Turn) and cancel(lane, a, now=at(4600)) == []  # a's work is over
     lane.reflow(now=at(4600))
     assert ends([a, b, c]) == [4096, 5200, 5300]
 
 
 # Attention: a prompt's later tokens cost more than its first (each attends to those before it).
-GROWING = TimingModel(
-    overhead_ms=0.0, prefill_tokens_per_s=TPS, decode_tokens_per_s=400.0, attention_ns=100.0
-)
+GROWING = dataclasses.replace(FLAT, attention_ns=100.0)
 
 
-def grown(lane: BatchLane, *tokens: int, context: int = 0) -> list[Prefill]:
-    return [
-        lane.book(0.0, GROWING.prefill_s(n, context), 0.0, n, growth=GROWING.growth(n, context))
-        for n in tokens
-    ]
+def grown(lane: Loop, *tokens: int, context: int = 0) -> list[Turn]:
+    return [lane.book(0.0, 0.0, n, context, None, 0) for n in tokens]
 
 
 def test_a_prompts_first_tokens_cost_what_a_prompt_that_short_costs() -> None:
-    # Batches of 2,048: a's 2,600 tokens, then b's first 1,496 fill a's second batch. With
+    # Steps of 2,048: a's 2,600 tokens, then b's first 1,496 fill a's second step. With
     # attention, b's first 1,496 tokens cost what a 1,496-token prompt costs (each attends only
     # to those before it), less than 1,496/2,600 of b's whole prefill (spread evenly: 0.344 s).
-    a, b = grown(BatchLane(2048), 2600, 2600)
+    a, b = grown(loop(timing=GROWING), 2600, 2600)
     assert a.end == pytest.approx(GROWING.prefill_s(2600) + GROWING.prefill_s(1496))
     assert a.end == pytest.approx(0.598 + 0.1496 + 100e-9 * 1496**2 / 2)
     assert b.end == pytest.approx(2 * GROWING.prefill_s(2600))  # all of both: the sum stays whole
 
 
 def test_after_a_cached_context_every_new_token_attends_to_it_too() -> None:
-    # 1,000 new tokens after 4,000 cached, batches of 500: the first half attends to 4,000 to
+    # 1,000 new tokens after 4,000 cached, steps of 500: the first half attends to 4,000 to
     # 4,500 tokens, the second to 4,500 to 5,000: the second half costs more.
-    (a,) = grown(BatchLane(500), 1000, context=4000)
-    assert isinstance(a, BatchedPrefill)
-    first = a.part_s(0, 500)
+    lane = loop(500, GROWING)
+    (a,) = grown(lane, 1000, context=4000)
+    first, second = (s.end - s.start for s in lane.steps)
     assert first == pytest.approx(500 / TPS + 100e-9 * 500 * (4000 + 250))
-    assert a.part_s(500, 500) == pytest.approx(500 / TPS + 100e-9 * 500 * (4500 + 250))
-    assert first + a.part_s(500, 500) == pytest.approx(a.seconds)
+    assert second == pytest.approx(500 / TPS + 100e-9 * 500 * (4500 + 250))
+    assert a.end == pytest.approx(first + second) and a.end == pytest.approx(GROWING.prefill_s(1000, 4000))
 
 
 def test_a_hang_up_keeps_the_tokens_a_later_prompt_counts_on() -> None:
-    # b found a's first 1,296 tokens in the cache; a hangs up before its first batch: the lane
-    # keeps the time of 1,296 tokens (prefill_s(1296)), and with attention that is 1,296 tokens
-    # of a's, not the fewer an even share of a's time would give (929 of 2,600).
+    # b found a's first 1,296 tokens in the cache; a hangs up before its first step: the loop
+    # keeps 1,296 of a's tokens to read (the fewest whose time alone is what b counts on), and
+    # with attention that is 1,296 tokens of a's, not the fewer an even share of a's time would
+    # give (929 of 2,600).
     s = Settings(
         prefill_tps=TPS, overhead_ms=0.0, prefill_attention_ns=100.0, block_tokens=16, batch_tokens=512
     )
@@ -198,17 +210,16 @@ def test_a_hang_up_keeps_the_tokens_a_later_prompt_counts_on() -> None:
     b = model.book(Prompt(2600, [*range(81), *range(1000, 1081)]), 4, 0.0, 0.0)
     assert b.cached_tokens == 1296
     model.cancel(a, now=0.0001)
-    assert isinstance(a.prefill, BatchedPrefill) and a.prefill.tokens >= 1296
+    assert isinstance(a.prefill, Turn) and a.prefill.tokens >= 1296
     assert model.timing.prefilled_tokens(a.prefill.seconds) >= 1296
 
 
 def test_a_hang_up_keeps_the_time_of_the_tokens_it_keeps() -> None:
-    lane = BatchLane(2048)
+    lane = loop(timing=GROWING)
     (a,) = grown(lane, 2600)
-    lane.cancel(a, now=0.01)  # its first batch (2,048 tokens) is under way: computed whole
-    assert isinstance(a, BatchedPrefill) and a.tokens == 2048
+    cancel(lane, a, now=0.01)  # its first step (2,048 tokens) is under way: computed whole
+    assert a.tokens == 2048 and len(lane.steps) == 1
     assert a.seconds == pytest.approx(GROWING.prefill_s(2048)) and a.end == pytest.approx(a.seconds)
-    assert a.growth == pytest.approx(GROWING.growth(2048)[0])
 
 
 PIECES = dataclasses.replace(GROWING, ubatch_tokens=512, tile_tokens=64, untiled_ns=600.0)
@@ -216,20 +227,20 @@ PIECES = dataclasses.replace(GROWING, ubatch_tokens=512, tile_tokens=64, untiled
 
 
 def test_a_last_piece_of_few_rows_is_paid_by_the_batch_holding_it_not_spread() -> None:
-    # 2,590 tokens, batches of 2,048: the last piece (30 rows) is in the second batch, so the
+    # 2,590 tokens, steps of 2,048: the last piece (30 rows) is in the second step, so the
     # first costs what its 2,048 tokens cost by the formula, and the second pays the piece.
-    lane = BatchLane(2048)
-    (a,) = [lane.book(0.0, PIECES.prefill_s(2590), 0.0, 2590, growth=PIECES.growth(2590))]
-    assert isinstance(a, BatchedPrefill) and a.tail == pytest.approx(PIECES.untiled_s(2590))
-    first, second = lane.batches
+    lane = loop(timing=PIECES)
+    (a,) = grown(lane, 2590)
+    first, second = lane.steps
     assert first.end - first.start == pytest.approx(PIECES.read_s(2048))
     assert second.end - second.start == pytest.approx(
         PIECES.read_s(2590) - PIECES.read_s(2048) + PIECES.untiled_s(2590)
     )
     assert a.end == pytest.approx(PIECES.prefill_s(2590))
-    # A hang-up during the first batch keeps its 2,048 tokens, with no piece of few rows.
-    lane.cancel(a, now=0.01)
-    assert (a.tokens, a.tail) == (2048, 0.0) and a.seconds == pytest.approx(PIECES.read_s(2048))
+    # A hang-up during the first step keeps its 2,048 tokens, with no piece of few rows.
+    cancel(lane, a, now=0.01)
+    assert a.tokens == 2048 and a.seconds == pytest.approx(PIECES.read_s(2048))
+    assert a.end == pytest.approx(PIECES.read_s(2048))
 
 
 def test_a_prompt_cut_short_never_counts_its_last_piece_as_computed() -> None:
@@ -260,7 +271,14 @@ def prompt(n: int, i: int) -> Prompt:
 def test_the_model_books_batched_first_tokens_and_none_keeps_the_plain_lane() -> None:
     model = batched()
     bookings = [model.book(prompt(2600, i), 4, 0.0, 0.0) for i in range(4)]
-    assert [round(b.ttft_s * TPS, 6) for b in bookings] == [4096, 6144, 8192, 10400]
+    # The steps of the lane test above, with the replies: a stream whose first token came writes
+    # a reply token in each step until its reply (4 tokens, 2.5 ms apart at 400 tokens/s) is
+    # over; the token takes one of the 2,048 (llama-server adds it to the batch first) and 1/400 s
+    # more (the decode rate's term). a's first token ends step 2 (4,096); step 3 writes a's second
+    # token and b's 1,104 and c's 943 prompt tokens: 2,047 + 25 (2.5 ms) -> 6,168, b's first;
+    # step 4, b's token, c's 1,657 and d's 390 -> 8,240, c's; step 5, c's token and d's 2,047 ->
+    # 10,312; step 6, d's last 163 tokens, after c's reply (8,240 + 75) is over: -> 10,475.
+    assert [round(b.ttft_s * TPS, 6) for b in bookings] == [4096, 6168, 8240, 10475]
     assert type(PracticeModel(Settings()).fleet.replicas[0].lane) is PrefillLane
 
 
@@ -278,7 +296,9 @@ def test_a_hang_up_in_the_model_re_batches_the_prompts_behind_it() -> None:
     model = batched()
     a, b, c, d = (model.book(prompt(2600, i), 4, 0.0, 0.0) for i in range(4))
     assert model.cancel(b, now=at(1000))  # waiting: it leaves, and those behind it move
-    assert [round(x.ttft_s * TPS, 6) for x in (a, c, d)] == [4096, 6144, 7800]
+    # as if b had never come: a's 2,048; a's 552 and c's 1,496 (4,096); a's reply token, c's 1,104
+    # and d's 943 (2,047 + 25: 6,168); c's reply token and d's 1,657 (+25: 7,850)
+    assert [round(x.ttft_s * TPS, 6) for x in (a, c, d)] == [4096, 6168, 7850]
 
 
 def test_a_hang_up_with_seats_and_batches_gives_the_seat_and_the_lane_back() -> None:
@@ -288,9 +308,10 @@ def test_a_hang_up_with_seats_and_batches_gives_the_seat_and_the_lane_back() -> 
     model.cancel(a, now=at(1000))  # a hangs up half way: c takes its seat at once
     assert c.prefill.ready_at == pytest.approx(at(1000))
     # a's batch under way ends at 2,048; then the batches take the seats in order, as llama.cpp
-    # walks its slots: c, in a's seat (the first), before b: c's 2,048; c's 552 and b's 1,496;
-    # b's 1,104
-    assert [round(x.ttft_s * TPS, 6) for x in (b, c)] == [7248, 6144]
+    # walks its slots: c, in a's seat (the first), before b: c's 2,048; c's 552 and b's 1,496
+    # (6,144: c's first token); b's 1,104 with a reply token of c's (+25 at 400 tokens/s: 7,273;
+    # a hung up: it writes none)
+    assert [round(x.ttft_s * TPS, 6) for x in (b, c)] == [7273, 6144]
     assert c.seat is not None and c.seat.free_at == pytest.approx(c.reply_end)
 
 
@@ -303,8 +324,8 @@ def test_a_replay_counts_the_batched_first_tokens(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     s = Settings(block_tokens=64, prefill_tps=TPS, overhead_ms=0.0, batch_tokens=2048)
-    tally, _, _ = virtual.replay(path, trace.read_trace(path), s)
-    assert sorted(round(t * TPS, 6) for t in tally.ttft_s) == [4096, 6144, 8192, 10400]
+    tally, _, _ = virtual.replay(path, trace.read_trace(path), s)  # (the model test's steps)
+    assert sorted(round(t * TPS, 6) for t in tally.ttft_s) == [4096, 6168, 8240, 10475]
 
 
 def test_a_replay_retires_a_reply_at_its_moved_end(tmp_path: Path) -> None:
@@ -363,57 +384,48 @@ def test_a_live_server_sends_first_tokens_at_the_ends_of_the_batches() -> None:
 # ── Random work: what must hold whatever comes and goes ──────────────────────
 
 
-def spans(t: BatchedPrefill, batches: list) -> list[tuple[int, int]]:
-    """(tokens before, tokens) of each of its parts, in batch order."""
-    out, done = [], 0
-    for b in batches:
-        for x, k in b.parts:
-            if x is t:
-                out.append((done, k))
-                done += k
-    return out
+def pieces(step: EngineStep, before: dict[int, int]) -> tuple[Piece, ...]:
+    """The pieces of a step, each after the tokens its turn read in the steps before it (counted
+    in `before`, moved on)."""
+    out = []
+    for t, k in step.parts:
+        done = before.get(id(t), 0)
+        out.append(Piece(k, t.cached + done, opens=not done, cached=t.cached))
+        before[id(t)] = done + k
+    return tuple(out)
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_random_bookings_and_hang_ups_keep_the_batches_whole(seed: int) -> None:
-    # Batches never overlap or overfill; every prompt still in the lane is planned to its last
-    # token, its first token at its last batch's end; a batch formed stays as it was formed.
+def test_random_bookings_and_hang_ups_keep_the_steps_whole(seed: int) -> None:
+    # Steps never overlap or overfill; every prompt still in the loop is planned to its last
+    # token, its first token at its last step's end; each step lasts what the terms say of its
+    # pieces; a step formed stays as it was formed.
     rng = random.Random(seed)
-    lane, now, turns = BatchLane(rng.choice([64, 512, 2048]), rng.choice([0.0, 0.2, -0.3])), 0.0, []
+    timing = dataclasses.replace(
+        GROWING, attention_ns=rng.choice([0.0, 100.0]), ubatch_tokens=512, tile_tokens=64, untiled_ns=600.0
+    )
+    lane, now, turns = loop(rng.choice([64, 512, 2048]), timing, rng.choice([0.0, 0.2, -0.3])), 0.0, []
     formed: dict[int, tuple] = {}
     for _ in range(60):
         now += rng.random() * 0.05
         if turns and rng.random() < 0.25:
-            lane.cancel(rng.choice(turns), now, keep_s=rng.random() * 0.02 * (rng.random() < 0.3))
+            cancel(lane, rng.choice(turns), now, keep_s=rng.random() * 0.02 * (rng.random() < 0.3))
         else:
-            n, rank = rng.randint(1, 5000), rng.choice([None, 0, 1, 2, 3])
-            tail = rng.choice([0.0, rng.random() * 0.01])  # a last piece of few rows, or none
-            growth = (rng.choice([0.0, rng.random()]), rng.choice([0, rng.randint(1, 8000)]), tail)
-            turns.append(lane.book(now + rng.random() * 0.03, n / TPS + tail, now, n, rank, growth))
-        batches = list(lane.batches)
-        for a, b in itertools.pairwise(batches):
+            n, rank, cached = rng.randint(1, 5000), rng.choice([None, 0, 1, 2, 3]), rng.randint(0, 8000)
+            turns.append(lane.book(now + rng.random() * 0.03, now, n, cached, rank, 0))
+        steps = list(lane.steps)
+        for a, b in itertools.pairwise(steps):
             assert a.end <= b.start + 1e-12
-        assert all(sum(k for _, k in b.parts) <= lane.batch_tokens for b in batches)
+        assert all(sum(k for _, k in s.parts) <= lane.batch_tokens for s in steps)
         for t in lane.queue:
-            assert isinstance(t, BatchedPrefill) and t.left == 0 and t.batch is not None
-            assert t.end == t.batch.end and t.start <= t.end
-        whole = {id(t): t for b in batches for t, _ in b.parts}  # prompts with all their batches here
-        whole = {
-            i: t
-            for i, t in whole.items()
-            if sum(k for b in batches for x, k in b.parts if x is t) == t.tokens
-        }
-        for t in whole.values():  # its parts add up to its seconds, the tail in its last
-            assert sum(t.part_s(d, k) for d, k in spans(t, batches)) == pytest.approx(t.seconds)
-        done = {i: 0 for i in whole}
-        for b in batches:  # as long as its parts, and the slowdown's share longer when shared
-            work = 0.0
-            for t, k in b.parts:
-                if id(t) in done:
-                    work, done[id(t)] = work + t.part_s(done[id(t)], k), done[id(t)] + k
-            if all(id(t) in done for t, _ in b.parts):
-                factor = 1 + lane.slowdown if len(b.parts) > 1 else 1
-                assert b.end - b.start == pytest.approx(work * factor, rel=1e-9, abs=1e-12)
-        for b in (b for b in batches if b.start < now):
-            shape = (b.start, b.end, tuple((id(t), k) for t, k in b.parts))
-            assert formed.setdefault(id(b), (b, shape))[1] == shape  # (b kept: its id stays its own)
+            assert t.read == t.tokens and t.last is not None
+            assert t.end == t.last.end and t.start <= t.end
+        before: dict[int, int] = {}  # each turn's tokens read before the steps kept here
+        for s in steps:
+            for t, k in s.parts:
+                before[id(t)] = before.get(id(t), t.read) - k
+        for s in steps:  # each step lasts what the terms say of its pieces
+            assert s.end - s.start == pytest.approx(step_seconds(Step(pieces(s, before)), lane.rates))
+        for s in (s for s in steps if s.start < now):
+            shape = (s.start, s.end, tuple((id(t), k) for t, k in s.parts))
+            assert formed.setdefault(id(s), (s, shape))[1] == shape  # (s kept: its id stays its own)

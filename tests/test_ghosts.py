@@ -22,7 +22,7 @@ import pytest
 from felab.mock_server.booking import Booking, PracticeModel, Prompt
 from felab.mock_server.cache import chained
 from felab.mock_server.config import Settings
-from felab.mock_server.timing import BatchLane
+from felab.mock_server.loop import Loop
 
 
 def prompt(blocks: list[str], block: int, extra: int) -> Prompt:
@@ -49,12 +49,12 @@ def random_settings(rng: random.Random) -> Settings:
 
 
 def lane_free_at(model: PracticeModel, now: float) -> float:
-    """When every replica's lane is free after `now`, on an idle server: a batch formed before
-    `now` is computed whole (llama.cpp cannot take a prompt out of a batch under way)."""
+    """When every replica's lane is free after `now`, on an idle server: a step formed before
+    `now` is computed whole (llama.cpp cannot take a prompt out of a step under way)."""
     ends = [now]
     for r in model.fleet.replicas:
-        if isinstance(r.lane, BatchLane):
-            ends += [b.end for b in r.lane.batches if b.start < now]
+        if isinstance(r.lane, Loop):
+            ends += [step.end for step in r.lane.steps if step.start < now]
     return max(ends)
 
 

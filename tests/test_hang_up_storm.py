@@ -23,26 +23,26 @@ from felab.mock_server.booking import Booking, PracticeModel, Prompt
 from felab.mock_server.cache import chained
 from felab.mock_server.config import Settings
 from felab.mock_server.launch import practice_server
-from felab.mock_server.timing import BatchLane
+from felab.mock_server.loop import Loop
 from felab.paths import KIT_ROOT
 
 
-class CountingLane(BatchLane):
-    """The real lane, counting the batches it plans (its work: each is a batch formed on paper)."""
+class CountingLane(Loop):
+    """The real loop, counting the steps it plans (its work: each is a step formed on paper)."""
 
     planned = 0
 
     def _plan(self, now: float, since: float, newcomers: list) -> None:
-        before = len(self.batches)
+        before = len(self.steps)
         super()._plan(now, since, newcomers)
-        CountingLane.planned += max(0, len(self.batches) - before) + len(self.replanned)
+        CountingLane.planned += max(0, len(self.steps) - before) + len(self.replanned)
 
 
 def twin(**changes: object) -> PracticeModel:
     s = Settings(**{**TWIN, **changes})  # type: ignore[arg-type]
     model = PracticeModel(s)
     for r in model.fleet.replicas:
-        r.lane = CountingLane(s.batch_tokens or 1, s.batch_slowdown)
+        r.lane = CountingLane(s.batch_tokens or 1, s.timing)
     return model
 
 
@@ -79,9 +79,13 @@ def test_the_work_grows_with_the_clients_not_their_square() -> None:
 
 def test_the_requests_that_stay_are_served_as_on_an_idle_twin_after_the_storm() -> None:
     model, staying, last, _ = storm(300)
+    lane = model.fleet.replicas[0].lane
+    assert isinstance(lane, Loop)
+    free = max([last, *(s.end for s in lane.steps if s.start < last)])  # a step under way is computed whole
     idle = twin()
-    alone = [idle.book(client(300 + k), 200, last, last) for k in range(4)]
-    # They were admitted as the last ones left (by `last`): no later than on an idle twin then.
+    alone = [idle.book(client(300 + k), 200, free, free) for k in range(4)]
+    # They were admitted as the last ones left (by `last`): no later than on a twin idle once the
+    # step under way then is done (here one holding two that left, formed at 1.455 s, to 1.577 s).
     assert max(b.first_token_at for b in staying) <= max(b.first_token_at for b in alone) + 1e-9
     assert all(b.seat is not None and b.prefill.ready_at <= last for b in staying)
     assert not model.parked[0]

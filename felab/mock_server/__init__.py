@@ -9,6 +9,7 @@ Read it in this order; each file holds one idea:
     cache.py     the block-hash prefix cache: PrefixCache.uncached_tokens()
     tokens.py    how a prompt's tokens are counted: characters, or the engine's tokenizer
     timing.py    the timing model and the prefill lane (first come, first served)
+    loop.py      the engine loop (--batch-tokens): steps formed from the seats, priced by terms/
     seats.py     a replica's seats (--seats): who runs, who waits; llama.cpp's per-seat prefix
     host_cache.py  the tier behind the seats: prompts that left them, kept in host memory (--cache-ram)
     fleet.py     replicas, how a request picks one (the prefix router's cost), their counters

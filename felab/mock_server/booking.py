@@ -39,8 +39,9 @@ from typing import Any
 from felab.mock_server.config import Settings
 from felab.mock_server.fleet import Fleet, Replica, Weights
 from felab.mock_server.host_cache import HostCache
+from felab.mock_server.loop import Loop, Turn
 from felab.mock_server.seats import Seat, Seats
-from felab.mock_server.timing import BatchedPrefill, BatchLane, Prefill
+from felab.mock_server.timing import Prefill, PrefillLane
 
 
 @dataclass(frozen=True)
@@ -149,9 +150,9 @@ class PracticeModel:
                 r.seats = Seats(settings.seats, by_prefix=settings.cache_mode == "seat-prefix")
                 if settings.host_cache_tokens:  # llama-server's --cache-ram (host_cache.py)
                     r.seats.host = HostCache(settings.host_cache_tokens // settings.block_tokens)
-        if settings.batch_tokens is not None:  # first tokens at the end of batches (timing.py)
+        if settings.batch_tokens is not None:  # first tokens at the ends of engine steps (loop.py)
             for r in self.fleet.replicas:
-                r.lane = BatchLane(settings.batch_tokens, settings.batch_slowdown)
+                r.lane = Loop(settings.batch_tokens, self.timing, by_arrival=settings.step_policy == "vllm")
         self.ids = itertools.count()
         self.live: dict[str, Booking] = {}
         """Bookings whose reply is not over, in the order they were booked."""
@@ -190,9 +191,10 @@ class PracticeModel:
         cached = prompt.tokens - self._uncached(replica, prompt, reused, now)
         uncached = prompt.tokens - cached
         rank = None if seat is None or replica.seats is None else replica.seats.seats.index(seat)
-        seconds = self.timing.prefill_s(uncached, cached)
-        growth = self.timing.growth(uncached, cached) if self.settings.batch_tokens else (0.0, 0, 0.0)
-        prefill = replica.lane.book(admission, seconds, now, uncached, rank, growth)
+        if isinstance(replica.lane, Loop):
+            prefill: Prefill = replica.lane.book(admission, now, uncached, cached, rank, reply_tokens)
+        else:
+            prefill = replica.lane.book(admission, self.timing.prefill_s(uncached, cached), now)
         if self.settings.cache_mode == "blocks":  # (batched, prefill.end may move later, by less than
             replica.cache.insert(prompt.keys, used_at=prefill.end)  # a batch: the TTL starts that early)
         interval = self.timing.token_interval_s(self.streams(replica, prefill.end), prompt.tokens)
@@ -234,7 +236,7 @@ class PracticeModel:
         may end later; the seats follow (or, where a later request now holds a seat one needs,
         the waiting requests are admitted again)."""
         replica, prefill = b.replica, b.prefill
-        if not (isinstance(prefill, BatchedPrefill) and isinstance(replica.lane, BatchLane)):
+        if not (isinstance(prefill, Turn) and isinstance(replica.lane, Loop)):
             return
         prefill.holder = b
         moved = [t.holder for t in replica.lane.replanned if isinstance(t.holder, Booking)]
@@ -295,18 +297,19 @@ class PracticeModel:
         if unplanned:
             del parked[booking.rid]
         self.finish(booking, now)
+        stopped = isinstance(replica.lane, Loop) and replica.lane.stop(booking.prefill, now)
         if booking.prefill.end > now:  # still prefilling or waiting: give its lane time back
             gave_back = self._give_back(booking, unplanned, now)
             if unplanned and not gave_back:
                 return False  # nothing planned moved
-        if replica.seats is not None and isinstance(replica.lane, BatchLane):  # only what it moved
+        if replica.seats is not None and isinstance(replica.lane, Loop):  # only what it moved
             moved = self._readmit(replica, now)
             self.on_moved(moved)
             return bool(moved)
         if replica.seats is not None:  # its seat is free: those waiting for one move up
             moved_up = bool(self._reseat(replica, now))
         else:
-            moved_up = bool(gave_back and replica.lane.reflow(now))
+            moved_up = bool((gave_back or stopped) and replica.lane.reflow(now))
         if moved_up:
             self.on_moved([b for b in self.live.values() if b.replica is replica])
         return moved_up
@@ -336,7 +339,7 @@ class PracticeModel:
     def _reseat(self, replica: Replica, now: float) -> list[Prefill]:
         """Admit again, first come first served, the requests still waiting for a seat on `replica`
         (a hang-up freed one); their prefills and those behind move up. The prefills that moved."""
-        assert replica.seats is not None
+        assert replica.seats is not None and isinstance(replica.lane, PrefillLane)
         mine = [b for b in self.live.values() if b.replica is replica]
         waiting = {id(b.prefill): b for b in mine if b.prefill.ready_at >= now}
         held: dict[int, float] = {}  # seat -> when the last admitted request on it is done
@@ -353,17 +356,12 @@ class PracticeModel:
                 seat, at, _ = replica.seats.admit(b.ready, b.keys)
                 b.seat = seated[id(prefill)] = seat  # the cache match it was booked with stays
                 prefill.ready_at = at + b.restore_s  # (and its copy from host memory, if any)
-                if isinstance(prefill, BatchedPrefill):  # batches take prompts by seat
-                    prefill.rank = replica.seats.seats.index(seat)
 
         def hold(prefill: Prefill) -> None:  # after: it holds that seat until its reply's new end
             if (b := waiting.get(id(prefill))) is not None and replica.seats is not None:
                 replica.seats.hold(seated[id(prefill)], prefill.ready_at, b.reply_end, b.keys, b)
 
-        moved = replica.lane.reflow(now, admit, hold)
-        if self.settings.batch_tokens is not None:  # a prompt placed later may move a reply's end
-            self._rehold(mine)
-        return moved
+        return replica.lane.reflow(now, admit, hold)
 
     def _readmit(self, replica: Replica, now: float, everyone: bool = False) -> list[Booking]:
         """With seats and batches: admit again, first come first served, the requests waiting for
@@ -376,13 +374,13 @@ class PracticeModel:
         the batches they share, not every request queued behind it; and each is admitted, and
         its batches planned, seeing the ones admitted before it, so that no seat holds two at once.
         """
-        assert replica.seats is not None and isinstance(replica.lane, BatchLane)
+        assert replica.seats is not None and isinstance(replica.lane, Loop)
         parked = self.parked.get(replica.index, {})
         planned = self.planned.setdefault(replica.index, {})
         mine = list(planned.values())
         was = {b.rid: b.first_token_at for b in mine}
         waiting = [b for b in mine if b.prefill.ready_at >= now]  # not admitted by now
-        replica.lane.withdraw([b.prefill for b in waiting if isinstance(b.prefill, BatchedPrefill)], now)
+        replica.lane.withdraw([b.prefill for b in waiting if isinstance(b.prefill, Turn)], now)
         held: dict[int, Booking] = {}  # seat -> the request admitted to it (the last, if several)
         for b in (b for b in mine if b.seat is not None and b.prefill.ready_at < now):
             if id(b.seat) not in held or b.reply_end > held[id(b.seat)].reply_end:
@@ -408,7 +406,7 @@ class PracticeModel:
         bookings whose times moved: those admitted, and those whose batches they joined."""
         parked, seats, lane = self.parked.get(replica.index), replica.seats, replica.lane
         moved: dict[str, Booking] = {}
-        while parked and seats is not None and isinstance(lane, BatchLane):
+        while parked and seats is not None and isinstance(lane, Loop):
             b = next(iter(parked.values()))
             if min(s.free_at for s in seats.seats) > now and through is None and not everyone:
                 break  # no seat free yet: the reply's end (or hang-up) that frees one admits it
@@ -416,7 +414,7 @@ class PracticeModel:
             at += b.restore_s  # the cache match it was booked with stays, and its copy's cost
             del parked[b.rid]
             self.planned.setdefault(replica.index, {})[b.rid] = b
-            assert isinstance(b.prefill, BatchedPrefill)
+            assert isinstance(b.prefill, Turn)
             replanned = lane.rejoin(b.prefill, at, seats.seats.index(seat), now)
             b.seat = seat  # (the cache match it was booked with stays)
             seats.hold(seat, at, b.reply_end, b.keys, b)

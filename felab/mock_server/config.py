@@ -24,6 +24,7 @@ from typing import Any
 from felab.mock_server.cache import BLOCK_TOKENS, CACHE_MODES
 from felab.mock_server.faults import FAULT_TYPES
 from felab.mock_server.fleet import ROUTES
+from felab.mock_server.loop import POLICIES
 from felab.mock_server.timing import TimingModel
 
 DEFAULT_PORT = 8765
@@ -184,6 +185,12 @@ class Settings:
         "the batch holding its last token is done, and that batch is filled with the prompts waiting "
         "behind it; `none`: each prompt's first token comes when its own prefill ends",
         low=1, high=MAX_TOKENS, words={"none": None}, column="batch tokens",
+    )  # fmt: skip
+    step_policy: str = setting(
+        "llamacpp", "with --batch-tokens: whose prompt tokens fill a step, after a token of each stream "
+        "decoding: llamacpp (by seat: llama.cpp walks its slots in order) or vllm (by arrival: vLLM's and "
+        "SGLang's chunked prefill)",
+        choices=POLICIES, column="step policy",
     )  # fmt: skip
     batch_slowdown: float = setting(
         0.0, "with --batch-tokens: how much more each prompt token costs in a batch holding parts of "

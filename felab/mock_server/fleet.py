@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from felab.mock_server.cache import PrefixCache
+from felab.mock_server.loop import Loop
 from felab.mock_server.routes_sglang import CacheAware
 from felab.mock_server.seats import Seats
 from felab.mock_server.timing import PrefillLane, TimingModel
@@ -113,7 +114,7 @@ class Replica:
 
     index: int
     cache: PrefixCache
-    lane: PrefillLane = field(default_factory=PrefillLane)
+    lane: PrefillLane | Loop = field(default_factory=PrefillLane)
     stats: ReplicaStats = field(default_factory=ReplicaStats)
     active_tokens: int = 0
     """Prompt and reply tokens of the requests it serves now (kept by PracticeModel.book and

@@ -21,7 +21,7 @@ prompts are prefilled one after another, in arrival order, each at the full rate
 queue, `PrefillLane`). Decoding is batched, as in vLLM or llama.cpp with several slots: every
 stream decodes at once, so the queue for prefill, and for a seat where seats are limited
 (seats.py), is what makes a busy server's TTFT grow. With `--batch-tokens B` (llama.cpp's -b)
-the lane forms llama-server's batches instead (`BatchLane`, below).
+the lane is an engine loop instead, forming llama-server's steps (`Loop`, loop.py).
 
 The lane is a queue of bookings with known times, not a lock: a request's first-token time is
 known when it arrives, so the server sleeps until exact deadlines and the prediction is what
@@ -38,8 +38,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import itertools
-import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -121,18 +119,6 @@ class TimingModel:
         most = uncached_tokens - self.untiled_rows(uncached_tokens)
         return self.prefilled_tokens(seconds, context_before, most)
 
-    def growth(self, uncached_tokens: int, context_before: int = 0) -> tuple[float, int, float]:
-        """For `BatchLane` only (it goes with it): the share of `read_s` that is attention, the
-        tokens before the prompt, and its last piece's cost (`untiled_s`)."""
-        step = Step((Piece(uncached_tokens, context_before, cached=context_before),))
-        attention = terms.coefficients(self)["attention"] * terms.basis(step, self)["attention"]
-        read = self.read_s(uncached_tokens, context_before)
-        return (
-            (attention / read if read else 0.0),
-            context_before,
-            self.untiled_s(uncached_tokens, context_before),
-        )
-
 
 @dataclass(eq=False, slots=True)  # each prefill is itself: the lane finds and removes it by identity
 class Prefill:
@@ -167,17 +153,8 @@ class PrefillLane:
         """The turn this prompt would get if booked now; books nothing (a router's question)."""
         return Prefill(ready_at, seconds, max(ready_at, self.free_at))
 
-    def book(
-        self,
-        ready_at: float,
-        seconds: float,
-        now: float,
-        tokens: int = 0,
-        rank: float | None = None,
-        growth: tuple[float, int, float] = (0.0, 0, 0.0),
-    ) -> Prefill:
-        """Book the lane for one prompt, behind every prompt booked before it (`tokens`, how
-        many it prefills, its `rank` and `growth`, matter only to a lane that batches: `BatchLane`)."""
+    def book(self, ready_at: float, seconds: float, now: float) -> Prefill:
+        """Book the lane for one prompt, behind every prompt booked before it."""
         self.forget(now)
         turn = self.quote(ready_at, seconds)
         self.queue.append(turn)
@@ -237,272 +214,3 @@ class PrefillLane:
                 after(turn)
         self.free_at = self.queue[-1].end if self.queue else min(self.free_at, now)
         return moved
-
-
-# ── Batches of prompt tokens (--batch-tokens) ────────────────────────────────
-
-
-@dataclass(eq=False, slots=True)
-class Batch:
-    """One batch of prompt tokens: when it is formed (starts), when it is done (the first token of
-    every prompt whose last token is in it), and the tokens of each prompt in it."""
-
-    start: float
-    end: float
-    parts: list[tuple[BatchedPrefill, int]]
-
-
-@dataclass(eq=False, slots=True)
-class BatchedPrefill(Prefill):
-    """A prompt's turn in a lane that batches: its first token is the end of its last batch."""
-
-    tokens: int = 1
-    """Prompt tokens it prefills; its `seconds` but the tail are spread over them as its terms say,
-    the tail paid by its last token's part (`part_s`)."""
-    tail: float = 0.0
-    """Seconds of its `seconds` that its last piece of few rows adds (TimingModel.untiled_s): paid
-    by the part holding its last token, not spread."""
-    growth: float = 0.0
-    """The share of its other seconds that is attention: a token's share grows with its place."""
-    context: int = 0
-    """Tokens in context before its first (its cached part), for the attention share."""
-    rank: float = 0.0
-    """Its place when a batch takes the waiting prompts: its seat's number (llama.cpp walks its
-    slots in order), or its arrival where there are no seats."""
-    batch: Batch | None = None
-    """The batch holding its last token."""
-    left: int = 0
-    """Its tokens in no batch, formed or planned (while the lane plans)."""
-    holder: object = None
-    """Whose turn it is (the booking core's Booking), for those who must follow its moves."""
-
-    @property
-    def end(self) -> float:
-        """Its first token: when the batch holding its last token is done."""
-        return self.batch.end if self.batch is not None else self.start + self.seconds
-
-    @property
-    def done(self) -> float:
-        """Its work ends with its last batch."""
-        return self.end
-
-    def share(self, upto: int) -> float:
-        """The share of its seconds (but its `tail`) its first `upto` tokens take: the rate's part
-        evenly, the attention part as each token attends to the context and the tokens before it (token i
-        costs ∝ context + i, so the first x cost ∝ x·(2·context + x))."""
-        g = self.growth
-        return (1 - g) * upto / self.tokens + (g * self.attended(upto) if g else 0.0)
-
-    def attended(self, upto: int) -> float:
-        """The share of its attention its first `upto` tokens take: x·(2c + x) of u·(2c + u)."""
-        c = self.context
-        return upto * (2 * c + upto) / (self.tokens * (2 * c + self.tokens))
-
-    def part_s(self, done: int, k: int) -> float:
-        """Seconds of its tokens `done` to `done + k` (a batch's part): the last part pays the tail."""
-        read = (self.seconds - self.tail) * (self.share(done + k) - self.share(done))
-        return read + (self.tail if done + k >= self.tokens else 0.0)
-
-    def tokens_in(self, seconds: float) -> int:
-        """The fewest of its first tokens that take at least `seconds` (`share` inverted: with
-        attention its first tokens are cheap, so `seconds` hold more of them than an even share)."""
-        if seconds >= self.seconds:
-            return self.tokens
-        if seconds <= 0:
-            return 0
-        u, c, g = self.tokens, self.context, self.growth
-        a = g / (u * (2 * c + u))  # share(k) = a·k² + b·k
-        b = 2 * a * c + (1 - g) / u
-        q = min(1.0, seconds / (self.seconds - self.tail))  # (the tail comes after its last token)
-        k = q / b if a == 0 else (math.sqrt(b * b + 4 * a * q) - b) / (2 * a)
-        return min(u, math.ceil(k - 1e-9))
-
-    def keep_first(self, keep: int) -> None:
-        """Keep its first `keep` tokens only (a hang-up): their seconds, and their attention share
-        (no tail: the twin counts a prompt cut short as read in whole pieces, an approximation where
-        the batch size is not a multiple of the piece size)."""
-        read = self.seconds - self.tail
-        attention = read * self.growth * self.attended(keep)
-        self.seconds = read * self.share(keep)
-        self.growth = attention / self.seconds if self.seconds else 0.0
-        self.tokens, self.tail = keep, 0.0
-
-
-class BatchLane(PrefillLane):
-    """A lane that prefills in batches of up to `batch_tokens` prompt tokens (llama.cpp's -b).
-
-    Each batch is formed when the one before it is done (or when a prompt is ready, on an idle
-    lane), from the prompts waiting then, in order of `rank`, each giving as many of its tokens
-    as there is room for; a batch lasts as long as its parts (`BatchedPrefill.part_s`), and
-    `slowdown` longer when it holds parts of more than one prompt. A batch formed is history:
-    nothing joins or leaves it. The batches not formed yet are a plan, made again from where a
-    newcomer can change it (`_plan`).
-    """
-
-    def __init__(self, batch_tokens: int, slowdown: float = 0.0) -> None:
-        super().__init__()
-        self.batch_tokens = batch_tokens
-        self.slowdown = slowdown
-        """How much longer a batch shared by several prompts takes than its parts alone."""
-        self.batches: deque[Batch] = deque()
-        """Formed and planned batches, in order (those done are dropped from the front)."""
-        self.arrivals = itertools.count()
-        self.replanned: list[BatchedPrefill] = []
-        """The prompts the last plan placed again (their first tokens may have moved)."""
-        self.top = (-math.inf, -math.inf)
-        """The highest rank and the latest ready time booked: a newcomer at or past both only
-        adds to the end of the plan (first come first served, and a backlog stays cheap)."""
-
-    def book(
-        self,
-        ready_at: float,
-        seconds: float,
-        now: float,
-        tokens: int = 0,
-        rank: float | None = None,
-        growth: tuple[float, int, float] = (0.0, 0, 0.0),
-    ) -> Prefill:
-        """`growth`: the share of `read_s` (its seconds but the tail) that is attention, the tokens
-        before the prompt and its last piece's cost, the tail (TimingModel.growth): its later tokens
-        cost more than its first, and the batch holding its last token pays the tail (`part_s`)."""
-        self.forget(now)  # (a prompt's end is its last batch's)
-        while self.batches and all(t.end <= now for t, _ in self.batches[0].parts):  # history
-            self.batches.popleft()
-        turn = BatchedPrefill(ready_at, seconds, math.inf, tokens=max(tokens, 1))
-        turn.growth, turn.context, turn.tail = growth
-        turn.rank, turn.left = next(self.arrivals) if rank is None else rank, turn.tokens
-        since = max(ready_at, now)  # a batch formed before it is ready is none of its business
-        if (turn.rank, ready_at) >= self.top and self.batches:  # last in line: only the end moves
-            since = max(since, self.batches[-1].start)
-        self.top = (max(self.top[0], turn.rank), max(self.top[1], ready_at))
-        self.queue.append(turn)
-        self._plan(now, since, [turn])
-        return turn
-
-    def quote(self, ready_at: float, seconds: float) -> Prefill:
-        return Prefill(ready_at, seconds, max(ready_at, self.free_at))  # the router's question
-
-    def formed_tokens(self, turn: BatchedPrefill, now: float) -> int:
-        """How many of its tokens are in batches formed by `now` (computed, whatever happens)."""
-        later = sum(k for b in self._after(now) for t, k in b.parts if t is turn)
-        return turn.tokens - turn.left - later
-
-    def shorten(self, turn: Prefill, now: float, keep_s: float = 0.0) -> bool:
-        """Keep the tokens `turn` has in batches formed by `now` (a batch under way is computed
-        whole), or those `keep_s` of its time prefills, whichever are more; drop the rest."""
-        if not isinstance(turn, BatchedPrefill) or turn.dropped or turn.end <= now:
-            return False
-        keep = max(self.formed_tokens(turn, now), turn.tokens_in(keep_s))
-        if keep >= turn.tokens:
-            return False
-        turn.left -= turn.tokens - max(keep, 1)  # (below 0 until `reflow` takes back its plan)
-        if keep:
-            turn.keep_first(keep)
-        else:
-            turn.seconds, turn.tokens, turn.growth, turn.tail = 0.0, 1, 0.0, 0.0
-        turn.dropped = keep == 0
-        return True
-
-    def reflow(
-        self,
-        now: float,
-        before: Callable[[Prefill], None] | None = None,
-        after: Callable[[Prefill], None] | None = None,
-    ) -> list[Prefill]:
-        """Plan again from `now` (after hang-ups): `before(turn)` may move the `ready_at` of a
-        prompt with no token in a formed batch (a seat freed up), `after(turn)` sees its new
-        times. The turns whose start or first token moved."""
-        was = {id(t): (t.start, t.end) for t in self.queue}
-        self._unplan(now)
-        self.queue = deque(t for t in self.queue if not t.dropped)
-        turns = [t for t in self.queue if isinstance(t, BatchedPrefill)]
-        fresh = [t for t in turns if t.left == t.tokens]  # in no formed batch: not started
-        self._plan(now, now, turns)
-        for t in fresh:
-            if before:  # one at a time: each is admitted (a seat) seeing the ones before it held
-                before(t)
-                self._plan(now, now, turns)
-            if after:
-                after(t)
-        return [t for t in self.queue if not _same((t.start, t.end), was[id(t)])]
-
-    def withdraw(self, turns: list[BatchedPrefill], now: float) -> None:
-        """Take these prompts out of the lane (none has a token in a batch formed by `now`: they
-        wait for a seat) and plan the rest again from `now`. They keep their tokens and seconds,
-        in no batch, their start unknown (inf), until `rejoin` puts each back."""
-        gone = {id(t) for t in turns}
-        while self.batches and all(t.end <= now for t, _ in self.batches[0].parts):
-            self.batches.popleft()  # history: nothing can move them any more
-        self.queue = deque(t for t in self.queue if id(t) not in gone and t.end > now)  # (over: gone)
-        self._unplan(now)
-        for t in turns:
-            t.batch, t.start, t.left = None, math.inf, t.tokens
-        self.reflow(now)
-
-    def rejoin(self, turn: BatchedPrefill, ready_at: float, rank: float, now: float) -> list[BatchedPrefill]:
-        """Put back a prompt taken out by `withdraw`, ready at `ready_at` (its admission) with this
-        `rank` (its seat), as a newcomer is booked: only the batches from when it is ready are
-        planned again. The prompts that plan placed again (their first tokens may have moved)."""
-        turn.ready_at, turn.rank, turn.left = ready_at, rank, turn.tokens
-        self.top = (max(self.top[0], rank), max(self.top[1], ready_at))
-        self.queue.append(turn)
-        self._plan(now, max(ready_at, now), [turn])
-        return self.replanned
-
-    def _after(self, now: float) -> list[Batch]:
-        """The batches not formed by `now`: planned (they start at `now` or later)."""
-        i = len(self.batches)
-        while i and self.batches[i - 1].start >= now:
-            i -= 1
-        return list(itertools.islice(self.batches, i, None))
-
-    def _unplan(self, since: float) -> list[BatchedPrefill]:
-        """Drop the planned batches that start at `since` or later (never one formed before it);
-        their tokens go back to their prompts. The prompts they held."""
-        held: dict[int, BatchedPrefill] = {}
-        while self.batches and self.batches[-1].start >= since:
-            batch = self.batches.pop()
-            for t, k in batch.parts:
-                t.left += k
-                held[id(t)] = t
-                if t.batch is batch:
-                    t.batch = None
-        return list(held.values())
-
-    def _plan(self, now: float, since: float, newcomers: list[BatchedPrefill]) -> None:
-        """Plan again from `since` (batches formed by `now` stay): the prompts waiting, batch
-        after batch, as llama.cpp forms them: by rank, each as many tokens as fit."""
-        waiting = {id(t): t for t in [*self._unplan(max(since, now)), *newcomers]}
-        self.replanned = list(waiting.values())
-        for t in waiting.values():
-            if not t.left and t.batch is None:  # all its tokens in batches kept: its last one
-                t.batch = next((b for b in reversed(self.batches) if any(x is t for x, _ in b.parts)), None)
-        turns = [t for t in waiting.values() if t.left > 0 and not t.dropped]
-        for t in turns:
-            if t.left == t.tokens:
-                t.start = math.inf  # in no batch: its start is planned below
-        clock = max(now, self.batches[-1].end) if self.batches else now
-        while turns:
-            ready = sorted((t for t in turns if t.ready_at <= clock), key=lambda t: t.rank)
-            if not ready:
-                clock = min(t.ready_at for t in turns)
-                continue
-            batch, room, work = Batch(clock, clock, []), self.batch_tokens, 0.0
-            for t in ready:
-                if (k := min(room, t.left)) <= 0:
-                    break
-                batch.parts.append((t, k))
-                work += t.part_s(t.tokens - t.left, k)
-                t.left, room, t.start = t.left - k, room - k, min(t.start, clock)
-                if not t.left:
-                    t.batch = batch
-            batch.end = clock + work * (1 + self.slowdown if len(batch.parts) > 1 else 1)
-            self.batches.append(batch)
-            turns = [t for t in turns if t.left > 0]
-            clock = batch.end
-        self.free_at = self.batches[-1].end if self.batches else min(self.free_at, now)
-
-
-def _same(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    """The same times, but for float rounding (a batch's end is a sum of its parts, in any order)."""
-    return all(math.isclose(x, y, rel_tol=0, abs_tol=1e-9) or x == y for x, y in zip(a, b, strict=True))

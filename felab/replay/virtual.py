@@ -11,8 +11,8 @@ lane gives the prompt its turn, blocks expire after `--cache-ttl` seconds of *tr
 time. Nothing sleeps: the clock jumps from one event to the next, so an hour of traffic
 takes seconds. As live, a request finds the blocks of every prompt booked before it on
 its replica (the lane is first come first served). With `--batch-tokens`, a request's
-first token may still move later while its last batch is not formed (timing.py): it is
-tallied once a request arrives after that batch began, and its reply retires at its end
+first token may still move later while its last step is not formed (loop.py): it is
+tallied once a request arrives after that step began, and its reply retires at its end
 as it is by then.
 
 Memory. A request is held from its booking until its reply ends in trace time, then
@@ -52,9 +52,9 @@ def prompt_of(request: TraceRequest, block: int) -> Prompt:
 
 def final(booking: Booking, now: float) -> bool:
     """Whether its first token can no longer move: a prompt booked from `now` on is ready after
-    its last batch was formed, so cannot join it (--batch-tokens: timing.py)."""
-    batch = getattr(booking.prefill, "batch", None)
-    return batch is None or batch.start < now
+    its last step was formed, so cannot join it (--batch-tokens: loop.py)."""
+    last = getattr(booking.prefill, "last", None)
+    return last is None or last.start < now
 
 
 def count(tally: Tally, booking: Booking, now: float, session: str | None) -> None:

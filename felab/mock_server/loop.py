@@ -1,0 +1,257 @@
+"""The engine loop of one replica (--batch-tokens): steps formed as llama-server forms them.
+
+Each step (a forward pass), each stream writing its reply puts in one token; then llama-server
+walks its seats in order, each with prompt tokens still to read putting in as many as there is
+room for in `batch_tokens` (-b). A step lasts what the cost terms say of exactly what it holds
+(`terms.step_seconds`: each piece after its own context, each stream's context), and a prompt's
+first token comes at the end of the step holding its last prompt token. So four 2,600-token
+prompts sent at once get first tokens at the ends of steps 2, 3, 4 and 6 (tokens 4,096, 6,144,
+8,192 and 10,400 of 10,400 in a row), and a prompt in a lower seat goes first, whenever it came
+(llama-server, measured: the first two of four sent at once, 548 and 549 ms).
+
+Steps formed by `now` are history: nothing joins or leaves a step under way, and what it
+computed stays (`formed_tokens`: exact). Later steps are a plan, made again from the first step
+a change can touch: a prompt comes, one hangs up (it leaves the next step), or one gets a seat
+(`withdraw` takes out those waiting for one, `rejoin` puts each back). So a first token can
+move later or earlier; the router reads `free_at`, the end of the plan. Left out: reply tokens
+keep their booked gaps (booking.py) rather than following the steps, and stretches of decode
+alone are not steps here. Nothing reads a clock: the same code runs live and in a replay.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from felab.mock_server import terms
+from felab.mock_server.step import Piece, Step
+from felab.mock_server.timing import Prefill
+
+
+@dataclass(eq=False, slots=True)
+class EngineStep:
+    """One step: when it is formed (starts), when it is done, and the prompt tokens of each turn in it."""
+
+    start: float
+    end: float
+    parts: list[tuple[Turn, int]]
+
+
+@dataclass(eq=False, slots=True)
+class Turn(Prefill):
+    """A prompt's turn in the loop: its first token is the end of the step holding its last token
+    (its `seconds`: its time alone, on an idle loop)."""
+
+    tokens: int = 1
+    """Prompt tokens it reads (those not cached)."""
+    cached: int = 0
+    """Tokens of its prompt already in context before its first piece."""
+    rank: float = 0.0
+    """Its place in a step: its seat's number (llama.cpp walks its slots), else its arrival."""
+    reply: int = 0
+    """Its reply's tokens: after its first, it writes one in each step until its `reply_end`."""
+    gap: float = 0.0
+    """Its reply's gap between tokens: a decode step of its stream alone."""
+    read: int = 0
+    """Its tokens in steps formed or planned."""
+    last: EngineStep | None = None
+    """The step holding its last token."""
+    holder: object = None
+    """Whose turn it is (the booking core's Booking), for those who must follow its moves."""
+
+    @property
+    def end(self) -> float:
+        """Its first token: when the step holding its last token is done."""
+        return self.last.end if self.last is not None else self.start + self.seconds
+
+    @property
+    def reply_end(self) -> float:
+        """When its stream writes its last reply token (booked gaps: booking.py)."""
+        return self.end + max(self.reply - 1, 0) * self.gap
+
+
+POLICIES = ("llamacpp", "vllm")
+"""Whose prompt tokens a step takes first (--step-policy): by seat (llama.cpp), or by arrival
+(vLLM's and SGLang's schedulers: `by_arrival`)."""
+
+
+class Loop:
+    """The steps of one replica: formed from its turns by rank, each priced by the cost terms. The
+    streams decoding take their tokens of the budget first (llama-server adds them to its batch
+    before any prompt token; vLLM schedules running requests first); prompts fill the rest."""
+
+    def __init__(self, batch_tokens: int, rates: terms.Rates, by_arrival: bool = False) -> None:
+        self.batch_tokens, self.rates, self.by_arrival = batch_tokens, rates, by_arrival
+        self.terms = [(t.basis, c) for t in terms.TERMS if (c := t.coefficient(rates))]  # (the 0s left out)
+        self.queue: deque[Turn] = deque()
+        """Turns whose first token may still be ahead, in booking order."""
+        self.streams: dict[int, Turn] = {}
+        """Turns whose first token is planned and whose reply may still run, in order of first token."""
+        self.span = 0.0
+        """The longest reply booked (first token to last): older streams are over."""
+        self.steps: deque[EngineStep] = deque()
+        """Formed and planned steps, in order (those no turn needs any more dropped from the front)."""
+        self.free_at = 0.0
+        self.arrivals = itertools.count()
+        self.replanned: list[Turn] = []
+        """The turns the last plan placed again (their first tokens may have moved)."""
+        self.top = (-math.inf, -math.inf)
+        """The highest rank and latest ready time booked: a newcomer past both only adds to the end."""
+
+    def book(self, ready: float, now: float, new: int, cached: int, rank: float | None, reply: int) -> Turn:
+        """A prompt of `new` tokens after `cached`, ready at `ready` with this `rank` (its seat; None,
+        or by arrival: its arrival), replying `reply` tokens: the steps from `ready` are planned again."""
+        self.forget(now)
+        turn = Turn(ready, self.alone_s(new, cached), math.inf, tokens=max(new, 1), cached=cached)
+        turn.rank = next(self.arrivals) if rank is None or self.by_arrival else rank
+        turn.reply, turn.gap = reply, terms.step_seconds(Step(decodes=(cached + new,)), self.rates)
+        self.span = max(self.span, (reply - 1) * turn.gap)
+        since = max(ready, now)  # a step formed before it is ready is none of its business
+        if (turn.rank, ready) >= self.top and self.steps:  # last in line: only the end moves
+            since = max(since, self.steps[-1].start)
+        self.top = (max(self.top[0], turn.rank), max(self.top[1], ready))
+        self.queue.append(turn)
+        self._plan(now, since, [turn])
+        return turn
+
+    def alone_s(self, tokens: int, cached: int = 0) -> float:
+        """Seconds `tokens` new tokens after `cached` take alone, in one piece."""
+        return terms.prompt_seconds(tokens, cached, self.rates)
+
+    def forget(self, now: float) -> None:
+        """Drop what nothing can move any more: turns whose first token came, steps none needs."""
+        while self.queue and self.queue[0].end <= now:
+            self.queue.popleft()
+        while self.steps and all(t.end <= now for t, _ in self.steps[0].parts):
+            self.steps.popleft()
+        for t in list(itertools.takewhile(lambda t: t.end < now - self.span, self.streams.values())):
+            del self.streams[id(t)]  # replies over (the streams are in order of first token)
+
+    def stop(self, turn: Prefill, now: float) -> bool:
+        """Its client hung up at `now`: its stream writes no more reply tokens (it leaves the next
+        step). True if it was to write some in steps still to come (plan again: `reflow`)."""
+        if not isinstance(turn, Turn) or turn.reply_end <= now:
+            return False
+        turn.reply = min(turn.reply, 1 + math.floor((now - turn.end) / turn.gap)) if turn.end <= now else 0
+        return True
+
+    def formed_tokens(self, turn: Turn, now: float) -> int:
+        """How many of its tokens are in steps formed by `now` (computed, whatever happens)."""
+        planned = itertools.takewhile(lambda s: s.start >= now, reversed(self.steps))
+        return turn.read - sum(k for s in planned for t, k in s.parts if t is turn)
+
+    def shorten(self, turn: Prefill, now: float, keep_s: float = 0.0) -> bool:
+        """Keep the tokens `turn` has in steps formed by `now` (a step under way is computed whole),
+        or the fewest whose time alone is `keep_s` (later prompts found them cached), whichever are
+        more; it leaves the steps to come (`reflow`). True if it gave tokens back."""
+        if not isinstance(turn, Turn) or turn.dropped or turn.end <= now:
+            return False
+        keep = self.formed_tokens(turn, now)
+        if self.alone_s(keep, turn.cached) < keep_s:  # the fewest whose time alone is keep_s
+            keep = bisect.bisect_left(
+                range(turn.tokens), keep_s, keep, key=lambda k: self.alone_s(k, turn.cached)
+            )
+        if keep >= turn.tokens:
+            return False
+        turn.tokens, turn.dropped = keep, not keep
+        turn.seconds = self.alone_s(keep, turn.cached) if keep else 0.0
+        return True
+
+    def reflow(self, now: float) -> list[Turn]:
+        """Plan again from `now` (after hang-ups). The turns whose start or first token moved."""
+        was = {id(t): (round(t.start, 9), round(t.end, 9)) for t in self.queue}  # (but float rounding)
+        self._unplan(now)
+        self.queue = deque(t for t in self.queue if not t.dropped)
+        self._plan(now, now, list(self.queue))
+        return [t for t in self.queue if (round(t.start, 9), round(t.end, 9)) != was[id(t)]]
+
+    def withdraw(self, turns: list[Turn], now: float) -> None:
+        """Take these turns out (waiting for a seat: none in a step formed by `now`), plan the rest
+        again; they are in no step, their start unknown (inf), until `rejoin` puts each back."""
+        gone = {id(t) for t in turns}
+        self.forget(now)
+        self.queue = deque(t for t in self.queue if id(t) not in gone and t.end > now)  # (over: gone)
+        self._unplan(now)
+        for t in turns:
+            self.streams.pop(id(t), None)
+            t.last, t.start, t.read = None, math.inf, 0
+        self.reflow(now)
+
+    def rejoin(self, turn: Turn, ready_at: float, rank: float, now: float) -> list[Turn]:
+        """Put back a turn taken out by `withdraw`, ready at `ready_at` (its admission) with this
+        `rank` (its seat), as a newcomer is booked. The turns that plan placed again."""
+        turn.ready_at, turn.rank = ready_at, turn.rank if self.by_arrival else rank
+        self.top = (max(self.top[0], turn.rank), max(self.top[1], ready_at))
+        self.queue.append(turn)
+        self._plan(now, max(ready_at, now), [turn])
+        return self.replanned
+
+    def _unplan(self, since: float) -> list[Turn]:
+        """Drop the planned steps that start at `since` or later; their tokens go back to their
+        turns. The turns they held."""
+        held: dict[int, Turn] = {}
+        while self.steps and self.steps[-1].start >= since:
+            step = self.steps.pop()
+            for t, k in step.parts:
+                t.read -= k
+                held[id(t)] = t
+                if t.last is step:
+                    t.last = None
+                    self.streams.pop(id(t), None)
+        return list(held.values())
+
+    def _plan(self, now: float, since: float, newcomers: list[Turn]) -> None:
+        """Plan again from `since` (steps formed by `now` stay): step after step, as llama.cpp
+        forms them, from the turns waiting."""
+        waiting = {id(t): t for t in [*self._unplan(max(since, now)), *newcomers]}
+        self.replanned = list(waiting.values())
+        turns = [t for t in self.replanned if self._waits(t)]
+        clock = max(now, self.steps[-1].end) if self.steps else now
+        while turns:
+            ready = sorted((t for t in turns if t.ready_at <= clock), key=lambda t: t.rank)
+            if not ready:
+                clock = min(t.ready_at for t in turns)
+                continue
+            clock = self._form(ready, clock).end
+            turns = [t for t in turns if t.read < t.tokens]
+        self.free_at = self.steps[-1].end if self.steps else min(self.free_at, now)
+
+    def _waits(self, turn: Turn) -> bool:
+        """Whether `turn` has tokens to plan; one all of whose tokens are in steps kept gets the
+        last of those as its last step (a hang-up kept only what was formed)."""
+        if turn.read >= turn.tokens and turn.last is None:
+            turn.last = next((s for s in reversed(self.steps) if any(x is turn for x, _ in s.parts)), None)
+        if turn.read or turn.dropped:
+            return turn.read < turn.tokens and not turn.dropped
+        turn.start = math.inf  # in no step: its start is planned
+        return True
+
+    def _form(self, ready: list[Turn], clock: float) -> EngineStep:
+        """The step formed at `clock` from the turns ready, by rank: each as many tokens as fit."""
+        parts: list[tuple[Turn, int]] = []
+        decodes = self._decodes(clock)  # their tokens take their room first
+        room = max(self.batch_tokens - len(decodes), 1)  # (decode alone is no step here: one token)
+        for t in ready:
+            if (k := min(room, t.tokens - t.read)) <= 0:
+                break
+            parts.append((t, k))
+            room -= k
+        pieces = tuple(Piece(k, t.cached + t.read, opens=not t.read, cached=t.cached) for t, k in parts)
+        batch = Step(pieces, decodes)
+        step = EngineStep(clock, clock + sum(c * basis(batch, self.rates) for basis, c in self.terms), parts)
+        for t, k in parts:
+            t.read, t.start = t.read + k, min(t.start, clock)
+            if t.read >= t.tokens:
+                t.last = step
+                self.streams[id(t)] = t
+        self.steps.append(step)
+        return step
+
+    def _decodes(self, clock: float) -> tuple[int, ...]:
+        """The context of each stream writing a reply token in a step formed at `clock`: its first
+        token came and its reply is not over (the latest first tokens only: `span`)."""
+        recent = itertools.takewhile(lambda t: t.end >= clock - self.span, reversed(self.streams.values()))
+        return tuple(t.cached + t.tokens for t in recent if t.end <= clock < t.reply_end)

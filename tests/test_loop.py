@@ -1,0 +1,154 @@
+"""The engine loop against step sequences worked out by hand (loop.py; issue 28's tests).
+
+Every time below comes from the cost terms (felab/mock_server/terms/), with no clock: prefill
+at 10,000 tokens/s (0.1 ms a token), attention at 100 ns per new token per token it attends
+to, no overhead, steps of up to 2,048 prompt tokens (-b 2048). A piece of u new tokens after c
+in context costs
+
+    u / 10,000 + 100e-9 · u · (c + u/2) s
+
+so a cold 2,048-token piece takes 0.2048 + 0.2097152 = 0.4145152 s, and a step holding
+several pieces takes the sum of theirs.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from felab.mock_server.booking import Booking, PracticeModel, Prompt
+from felab.mock_server.config import Settings
+from felab.mock_server.loop import EngineStep, Loop, Turn
+
+RATES = {"prefill_tps": 10_000.0, "prefill_attention_ns": 100.0, "overhead_ms": 0.0, "batch_tokens": 2048}
+
+
+def model(**more: object) -> PracticeModel:
+    return PracticeModel(Settings(**{**RATES, **more}))  # type: ignore[arg-type]
+
+
+def prompt(n: int, i: int) -> Prompt:
+    return Prompt(n, [1000 * i + k for k in range(n // 16)])  # 16-token blocks, nothing shared
+
+
+def loop_of(m: PracticeModel) -> Loop:
+    lane = m.fleet.replicas[0].lane
+    assert isinstance(lane, Loop)
+    return lane
+
+
+def parts(step: EngineStep, *bookings: Booking) -> list[tuple[str, int]]:
+    """Whose tokens a step holds (a, b, c ... in the order of `bookings`) and how many."""
+    names = {id(x.prefill): "abcdefgh"[i] for i, x in enumerate(bookings)}
+    return [(names[id(t)], k) for t, k in step.parts]
+
+
+def test_four_prompts_across_two_seats_step_by_step() -> None:
+    # 4 prompts of 3,000 tokens sent at once to 2 seats, replies of 1 token (a seat is free at
+    # its first token). a and b take seats 0 and 1; c waits for a's seat, d for the next.
+    #  step 1 at 0:          a 2,048 (after 0)                          0.4145152 s -> 0.4145152
+    #  step 2:               a 952 (after 2,048): 0.0952 + 100e-9·952·2,524   = 0.3355
+    #                        b 1,096 (after 0):   0.1096 + 100e-9·1,096·548   = 0.1696608
+    #                                                         -> 0.9196608: a's first token
+    #  step 3: c takes a's seat (0) at 0.9196608 and, in the lower seat, goes before b:
+    #                        c 2,048 (after 0)                          0.4145152 -> 1.334176
+    #  step 4:               c 952 (after 2,048)  0.3354848
+    #                        b 1,096 (after 1,096): 0.1096 + 100e-9·1,096·1,644 = 0.2897824
+    #                                                         -> 1.9594432: c's first token
+    #  step 5: d takes seat 0: d 2,048 (after 0)                        0.4145152 -> 2.3739584
+    #  step 6:               d 952 (after 2,048)  0.3354848
+    #                        b 808 (after 2,192): 0.0808 + 100e-9·808·2,596   = 0.2905568
+    #                                                         -> 3.0: b's and d's first tokens
+    m = model(seats=2, block_tokens=16)
+    a, b, c, d = (m.book(prompt(3000, i), 1, 0.0, 0.0) for i in range(4))
+    steps = list(loop_of(m).steps)
+    assert [parts(s, a, b, c, d) for s in steps] == [
+        [("a", 2048)],
+        [("a", 952), ("b", 1096)],
+        [("c", 2048)],
+        [("c", 952), ("b", 1096)],
+        [("d", 2048)],
+        [("d", 952), ("b", 808)],
+    ]
+    ends = [0.4145152, 0.9196608, 1.334176, 1.9594432, 2.3739584, 3.0]
+    assert [s.end for s in steps] == pytest.approx(ends, abs=1e-9)
+    assert [x.first_token_at for x in (a, b, c, d)] == pytest.approx([0.9196608, 3.0, 1.9594432, 3.0])
+    assert [x.prefill.ready_at for x in (c, d)] == pytest.approx([0.9196608, 1.9594432])
+    assert a.seat is c.seat is d.seat and b.seat is not a.seat
+
+
+def test_a_hang_up_mid_piece_keeps_what_it_computed_and_leaves_the_next_step() -> None:
+    # a and b, 3,000 tokens each, sent at once with no seats. Planned: step 1 a's 2,048; step 2
+    # a's 952 and b's 1,096 (-> 0.9196608); step 3 b's 1,904 after 1,096: 0.1904 +
+    # 100e-9·1,904·2,048 = 0.5803392 (-> 1.5). a hangs up at 0.1, during step 1: that step is
+    # computed whole (a's 2,048 tokens stay cached: 128 blocks of 16), and a leaves step 2:
+    #  step 2: b 2,048 (after 0)       0.4145152 -> 0.8290304
+    #  step 3: b 952 (after 2,048)     0.3354848 -> 1.1645152: b's first token, 0.3355 s earlier
+    m = model(block_tokens=16)
+    a, b = (m.book(prompt(3000, i), 1, 0.0, 0.0) for i in range(2))  # (replies of 1: no decode)
+    assert b.first_token_at == pytest.approx(1.5)
+    m.cancel(a, now=0.1)
+    lane = loop_of(m)
+    assert [parts(s, a, b) for s in lane.steps] == [[("a", 2048)], [("b", 2048)], [("b", 952)]]
+    assert b.first_token_at == pytest.approx(1.1645152)
+    assert isinstance(a.prefill, Turn) and lane.formed_tokens(a.prefill, 0.1) == 2048
+    # The same prompt again at 1.2: its first 2,048 tokens are cached, it reads the other 952
+    # in one step after them: 0.3354848 -> 1.5354848.
+    again = m.book(prompt(3000, 0), 1, 1.2, 1.2)
+    assert again.cached_tokens == 2048
+    assert again.first_token_at == pytest.approx(1.2 + 0.3354848)
+
+
+def test_decode_streams_share_a_step_with_a_prompt_piece() -> None:
+    # a (1,000 tokens) and c (500) sent at 0 share step 1: 0.15 + 100e-9·(1,000·500 + 500·250)
+    # = 0.2125 s, both first tokens then. Each writes a reply of 100 tokens; alone, a decode step
+    # of a takes 1/400 + 100e-9·1,000 (decode_context_ns 100) = 0.0026 s, so its booked reply
+    # ends at 0.2125 + 99·0.0026 = 0.4699; c's at 0.2125 + 99·0.00255 = 0.464950.
+    # b (3,000 tokens) comes at 0.3, while both decode. Its first step writes their tokens first,
+    # and they take 2 of the 2,048 tokens (llama-server adds them to its batch before prompts):
+    #   b 2,046 (after 0): 0.2046 + 100e-9·2,046·1,023 = 0.4139058
+    #   2 streams: 1/400 + 0.5/400·(2 − 1) + 100e-9·(1,000 + 500) = 0.0039
+    #                                                      -> 0.7178058
+    # its second starts after both replies: b 954 (after 2,046): 0.0954 + 100e-9·954·2,523
+    #                                                      = 0.3360942 -> 1.0539
+    def run(hang_up: bool) -> tuple[Booking, list[EngineStep]]:
+        m = model(decode_context_ns=100.0, decode_slowdown=0.5)
+        a = m.book(prompt(1000, 0), 100, 0.0, 0.0)
+        c = m.book(prompt(500, 1), 100, 0.0, 0.0)
+        assert a.first_token_at == c.first_token_at == pytest.approx(0.2125)
+        if hang_up:
+            m.cancel(c, now=0.25)
+        b = m.book(prompt(3000, 2), 1, 0.3, 0.3)
+        return b, list(loop_of(m).steps)
+
+    b, steps = run(hang_up=False)
+    assert [t for s in steps[-2:] for t in (s.start, s.end)] == pytest.approx(
+        [0.3, 0.7178058, 0.7178058, 1.0539]
+    )
+    assert b.first_token_at == pytest.approx(1.0539) and [k for _, k in steps[-2].parts] == [2046]
+    # c hangs up at 0.25, during its reply: its stream leaves the steps to come, and b's first
+    # step writes a's token only: b 2,047: 0.2047 + 100e-9·2,047·1,023.5 = 0.41421045, + 0.0026
+    # -> 0.71681045; then b 953: 0.0953 + 100e-9·953·2,523.5 = 0.33578955 -> 1.0526
+    b, steps = run(hang_up=True)
+    assert steps[-2].end == pytest.approx(0.71681045) and b.first_token_at == pytest.approx(1.0526)
+    assert [k for _, k in steps[-2].parts] == [2047]
+
+
+def test_the_vllm_policy_takes_prompts_by_arrival() -> None:
+    # --step-policy vllm (vLLM's and SGLang's chunked prefill). The first test's 4 prompts on 2
+    # seats: steps 1 and 2 as there; at a's first token c takes seat 0, but b came first:
+    #  step 3: b 1,904 (after 1,096): 0.1904 + 100e-9·1,904·2,048 = 0.5803392
+    #          c 144 (after 0):       0.0144 + 100e-9·144·72     = 0.0154368 -> 1.5154368: b's first
+    #  step 4: c 2,048 (after 144):   0.2048 + 100e-9·2,048·1,168 = 0.4440064 -> 1.9594432
+    #  step 5: c 808 (after 2,192):   0.2905568
+    #          d 1,240 (after 0):     0.124 + 100e-9·1,240·620    = 0.20088   -> 2.45088: c's first
+    #  step 6: d 1,760 (after 1,240): 0.176 + 100e-9·1,760·2,120  = 0.54912   -> 3.0: d's first
+    m = model(seats=2, block_tokens=16, step_policy="vllm")
+    a, b, c, d = (m.book(prompt(3000, i), 1, 0.0, 0.0) for i in range(4))
+    steps = list(loop_of(m).steps)
+    assert [parts(s, a, b, c, d) for s in steps[2:]] == [
+        [("b", 1904), ("c", 144)],
+        [("c", 2048)],
+        [("c", 808), ("d", 1240)],
+        [("d", 1760)],
+    ]
+    assert [x.first_token_at for x in (a, b, c, d)] == pytest.approx([0.9196608, 1.5154368, 2.45088, 3.0])
