@@ -23,7 +23,7 @@ the target is within 10%, or 5 ms (0.5 ms for a token gap). The cases (each need
             make tiny-model)
     np1     the same, 1 seat of 8,192
     wide    a model 3x wider and 2x deeper (384 wide, 4 layers; written here), 2 seats, one thread
-    other   a tiny model the kit did not make: its GGUF in FELAB_OTHER_MODEL (another tokenizer)
+    other   a tiny model the kit did not make: its GGUF named by --other-model (another tokenizer)
     mlx     mlx_lm.server on CPU with the kit's tiny model (make engines)
 
 A case that misses prints the profile's fitted settings beside its table: the miss's cause is read
@@ -223,9 +223,8 @@ def need_llama() -> str | None:
 
 
 def need_other() -> str | None:
-    other = os.environ.get("FELAB_OTHER_MODEL")
-    if not other or not Path(other).is_file():
-        return "FELAB_OTHER_MODEL names no GGUF file (a tiny model the kit did not make)"
+    if not OTHER_MODEL or not OTHER_MODEL[0].is_file():
+        return "no --other-model GGUF (a tiny model the kit did not make) was named"
     return need_llama()
 
 
@@ -239,8 +238,12 @@ def tiny_model(folder: Path) -> Path:
     return TINY_MODEL
 
 
+OTHER_MODEL: list[Path] = []
+"""The GGUF of a model the kit did not make (--other-model), if one was named."""
+
+
 def other_model(folder: Path) -> Path:
-    return Path(os.environ["FELAB_OTHER_MODEL"])
+    return OTHER_MODEL[0]
 
 
 LLAMA_NP = "llama-server -np {} -c {} -t 1"
@@ -292,7 +295,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--case", action="append", choices=[c.name for c in CASES], help="only this case")
     ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"rounds on each server [{ROUNDS}]")
     ap.add_argument("--tiny", action="store_true", help="a practice server as the real one, 1 round, short")
+    ap.add_argument("--other-model", type=Path, help="the GGUF of a model the kit did not make (case other)")
     args = ap.parse_args(argv)
+    OTHER_MODEL[:] = [args.other_model] if args.other_model else []
     cases = [TINY] if args.tiny else [c for c in CASES if not args.case or c.name in args.case]
     rounds, biggest = (1, 1_500) if args.tiny else (args.rounds, 6_000)
     summary = []
