@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> None:
             summary.append({
                 "case": case.name,
                 "within target": f"{sum(r.within for r in table)} of {len(table)}",
-                "misses no larger than the server's own spread": len(noise),
+                "misses no larger than the server's own spread": str(len(noise)),
                 "worst kind": worst.kind,
                 "its error": card.error(worst.twin_p50, worst.real_p50),
             })  # fmt: skip
