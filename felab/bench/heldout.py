@@ -55,6 +55,7 @@ from felab.calibrate import check as card
 from felab.calibrate import command, prompts
 from felab.calibrate.probes import Prober, Sample
 from felab.connect import client, served_model
+from felab.errors import FelabError
 from felab.mock_server.launch import free_port, practice_server
 from felab.mock_server.profile import read_settings
 from felab.paths import KIT_ROOT
@@ -206,7 +207,9 @@ def mlx(folder: Path) -> Iterator[Target]:
     with process(
         [*argv, "--host", "127.0.0.1", "--port", str(port)], f"http://127.0.0.1:{port}/health", "mlx"
     ):
-        yield named(Target("mlx", f"http://127.0.0.1:{port}/v1", "", NO_KEY, False))
+        # mlx_lm.server reads a request's model as a path or repo, "default_model" the one it loaded
+        # (felab/engine_families/mlx.py); its GET /v1/models lists the hub cache, not that model.
+        yield Target("mlx", f"http://127.0.0.1:{port}/v1", "default_model", NO_KEY, False)
 
 
 @contextlib.contextmanager
@@ -307,7 +310,12 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"\n== held out: {case.name}: left out: {why} ==")
                 summary.append({"case": case.name, "within target": f"left out: {why}"})
                 continue
-            table = run_case(case, Path(tmp), rounds, biggest)
+            try:
+                table = run_case(case, Path(tmp), rounds, biggest)
+            except FelabError as exc:  # one case that fails does not end the others
+                print(f"{case.name}: failed: {exc.message}", flush=True)
+                summary.append({"case": case.name, "within target": f"failed: {exc.message}"})
+                continue
             worst = max(table, key=lambda r: abs(card.relative(r.twin_p50, r.real_p50)))
             noise = [r for r in table if not r.within and r.real_itself is not None
                      and abs(card.relative(r.twin_p50, r.real_p50)) <= r.real_itself]  # fmt: skip
