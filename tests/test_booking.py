@@ -282,7 +282,8 @@ def test_a_cached_opening_costs_a_floor_per_cached_token_and_decode_slows_with_t
     cached = 47 * 64  # 3,008 tokens: each costs 20 µs (60 ms), added to attention on 50 new (1.5 ms)
     attention = 10e-9 * 50 * (cached + 25)
     assert short.ttft_s == pytest.approx(0.015 + 50 / 2500 + attention + 20e-6 * cached)
-    assert short.interval_s == pytest.approx(1 / 400 + 500e-9 * (cached + 50))
+    # each reply token: after the prompt and half its 5-token reply (step.reply_context)
+    assert short.interval_s == pytest.approx(1 / 400 + 500e-9 * (cached + 50 + 2))
     long_tail = model.book(prompt([*range(47), *range(900, 930)]), 1, arrival=9.0, now=9.0)
     attention = 10e-9 * 1920 * (cached + 960)  # 1,920 new tokens: 76 ms of attention, and the 60 ms
     assert long_tail.ttft_s == pytest.approx(0.015 + 1920 / 2500 + attention + 20e-6 * cached)

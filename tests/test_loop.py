@@ -100,16 +100,17 @@ def test_a_hang_up_mid_piece_keeps_what_it_computed_and_leaves_the_next_step() -
 
 def test_decode_streams_share_a_step_with_a_prompt_piece() -> None:
     # a (1,000 tokens) and c (500) sent at 0 share step 1: 0.15 + 100e-9·(1,000·500 + 500·250)
-    # = 0.2125 s, both first tokens then. Each writes a reply of 100 tokens; alone, a decode step
-    # of a takes 1/400 + 100e-9·1,000 (decode_context_ns 100) = 0.0026 s, so its booked reply
-    # ends at 0.2125 + 99·0.0026 = 0.4699; c's at 0.2125 + 99·0.00255 = 0.464950.
+    # = 0.2125 s, both first tokens then. Each writes a reply of 100 tokens, at a mean context of its
+    # prompt and half the reply before a token (step.reply_context: 1,049 and 549); alone, a decode
+    # step of a takes 1/400 + 100e-9·1,049 (decode_context_ns 100) = 0.0026049 s, so its booked
+    # reply ends at 0.2125 + 99·0.0026049 = 0.4704; c's at 0.2125 + 99·0.0025549 = 0.4654.
     # b (3,000 tokens) comes at 0.3, while both decode. Its first step writes their tokens first,
     # and they take 2 of the 2,048 tokens (llama-server adds them to its batch before prompts):
     #   b 2,046 (after 0): 0.2046 + 100e-9·2,046·1,023 = 0.4139058
-    #   2 streams: 1/400 + 0.5/400·(2 − 1) + 100e-9·(1,000 + 500) = 0.0039
-    #                                                      -> 0.7178058
+    #   2 streams: 1/400 + 0.5/400·(2 − 1) + 100e-9·(1,049 + 549) = 0.0039098
+    #                                                      -> 0.7178156
     # its second starts after both replies: b 954 (after 2,046): 0.0954 + 100e-9·954·2,523
-    #                                                      = 0.3360942 -> 1.0539
+    #                                                      = 0.3360942 -> 1.0539098
     def run(hang_up: bool) -> tuple[Booking, list[EngineStep]]:
         m = model(decode_context_ns=100.0, decode_slowdown=0.5)
         a = m.book(prompt(1000, 0), 100, 0.0, 0.0)
@@ -122,14 +123,14 @@ def test_decode_streams_share_a_step_with_a_prompt_piece() -> None:
 
     b, steps = run(hang_up=False)
     assert [t for s in steps[-2:] for t in (s.start, s.end)] == pytest.approx(
-        [0.3, 0.7178058, 0.7178058, 1.0539]
+        [0.3, 0.7178156, 0.7178156, 1.0539098]
     )
-    assert b.first_token_at == pytest.approx(1.0539) and [k for _, k in steps[-2].parts] == [2046]
+    assert b.first_token_at == pytest.approx(1.0539098) and [k for _, k in steps[-2].parts] == [2046]
     # c hangs up at 0.25, during its reply: its stream leaves the steps to come, and b's first
-    # step writes a's token only: b 2,047: 0.2047 + 100e-9·2,047·1,023.5 = 0.41421045, + 0.0026
-    # -> 0.71681045; then b 953: 0.0953 + 100e-9·953·2,523.5 = 0.33578955 -> 1.0526
+    # step writes a's token only: b 2,047: 0.2047 + 100e-9·2,047·1,023.5 = 0.41421045, + 0.0026049
+    # -> 0.71681535; then b 953: 0.0953 + 100e-9·953·2,523.5 = 0.33578955 -> 1.0526049
     b, steps = run(hang_up=True)
-    assert steps[-2].end == pytest.approx(0.71681045) and b.first_token_at == pytest.approx(1.0526)
+    assert steps[-2].end == pytest.approx(0.71681535) and b.first_token_at == pytest.approx(1.0526049)
     assert [k for _, k in steps[-2].parts] == [2047]
 
 

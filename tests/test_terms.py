@@ -197,3 +197,20 @@ def test_a_profile_that_sets_neither_changed_term_means_the_same_and_is_read(tmp
     )
     now = read_settings(profile(tmp_path, SCHEMA, settings + "batch_slowdown = 0.1\ncached_token_us = 2.5"))
     assert (now["batch_slowdown"], now["cached_token_us"]) == (0.1, 2.5)  # a profile of this kit's
+
+
+def test_a_long_replys_token_gap_counts_half_the_reply_as_context() -> None:
+    # Token i of a reply attends to the prompt and the i reply tokens before it, so with a context
+    # term the mean gap of a 201-token reply after 100 prompt tokens is that of a context of 200
+    # (step.reply_context), not 100: on llama-server (a 384-wide model) the twin's gap was 29%
+    # short with the prompt alone. The booked gap, the loop's and the fit's read the same context.
+    from felab.mock_server.booking import PracticeModel, Prompt
+    from felab.mock_server.step import reply_context
+
+    assert reply_context(100, 201) == 200 and reply_context(100, 1) == 100 and reply_context(100, 0) == 100
+    s = dataclasses.replace(DEFAULTS, decode_tps=500.0, decode_context_ns=2000.0)
+    booked = PracticeModel(s).book(Prompt(100, ()), 201, 0.0, 0.0)
+    assert booked.interval_s == pytest.approx(1 / 500 + 2000e-9 * 200, rel=1e-12)
+    batched = PracticeModel(dataclasses.replace(s, batch_tokens=2048)).book(Prompt(100, ()), 201, 0.0, 0.0)
+    assert batched.interval_s == pytest.approx(1 / 500 + 2000e-9 * 200, rel=1e-12)
+    assert getattr(batched.prefill, "gap", None) == pytest.approx(batched.interval_s, rel=1e-12)  # the loop's

@@ -207,9 +207,10 @@ def mlx(folder: Path) -> Iterator[Target]:
     with process(
         [*argv, "--host", "127.0.0.1", "--port", str(port)], f"http://127.0.0.1:{port}/health", "mlx"
     ):
-        # mlx_lm.server reads a request's model as a path or repo, "default_model" the one it loaded
-        # (felab/engine_families/mlx.py); its GET /v1/models lists the hub cache, not that model.
-        yield Target("mlx", f"http://127.0.0.1:{port}/v1", "default_model", NO_KEY, False)
+        # mlx_lm.server reads a request's model as a path or repo (felab/engine_families/mlx.py); its
+        # GET /v1/models lists the hub cache, not the model it loaded. Named by its folder, the model
+        # is the one loaded, and calibrate counts tokens with the tokenizer.json in it.
+        yield Target("mlx", f"http://127.0.0.1:{port}/v1", str(TINY_MODEL.parent / "hf"), NO_KEY, False)
 
 
 @contextlib.contextmanager

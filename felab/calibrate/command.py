@@ -298,31 +298,8 @@ def check(
         f"\n{met} of {len(rows) - 1} kinds of work have the twin's median TTFT within "
         f"{card.TOLERANCE:.0%} (or {card.FLOOR_MS:g} ms) of the real server's."
     )
-    say(card.noise_note(rows))
-    tokens_off = card.count_note(card.pooled(real), card.pooled(twin), counted)
-    if tokens_off:
-        say(tokens_off)
-    pieces = card.pieces_note(card.pooled(real), card.pooled(twin), rows, settings)
-    if pieces:
-        say(pieces)
-    speed = card.speed_note(ratio, moved)
-    if speed:
-        say(f"note: {speed}")
-    if real_prober.ended_at_once:
-        say(
-            f"{real_prober.ended_at_once} replies of the real server carried no text and were timed by "
-            f"their end (the model ended them at once: that end came when a first token would have)."
-        )
-    if real_prober.empty:
-        say(
-            f"{real_prober.empty} replies of the real server carried no text (nothing to time): each "
-            f"was sent again with new text (the twin got the prompt as first written)."
-        )
-    if done.left_out:
-        say(
-            f"{len(done.left_out)} of {rounds} rounds were left out on both servers, each for a request "
-            f"that failed (the medians hold the other rounds): " + "; ".join(done.left_out)
-        )
+    for note in notes(rows, done, settings, counted, (ratio, moved), real_prober):
+        say(note)
     for warning in doubts or []:
         say(f"WARNING (from the profile): {warning}")
     record(
@@ -435,3 +412,40 @@ def calibrate_command(
             check(target, check_path, settings, max_requests, yes, picture)
         else:
             calibrate(target, out, max_requests, yes)
+
+
+def notes(
+    rows: list[card.Row],
+    done: card.Workload,
+    settings: dict[str, Any],
+    counted: Any,
+    speed: tuple[float | None, float | None],
+    real_prober: Prober,
+) -> list[str]:
+    """What the card says under its table: the machine's own noise, then each note that applies
+    (the token count, the last pieces, the machine's speed, replies with no text, rounds left out)."""
+    real, twin = card.pooled(done.real), card.pooled(done.twin)
+    said = [card.noise_note(rows)]
+    said += [
+        n for n in (card.count_note(real, twin, counted), card.pieces_note(real, twin, rows, settings)) if n
+    ]
+    moved = card.speed_note(*speed)
+    if moved:
+        said.append(f"note: {moved}")
+    if real_prober.ended_at_once:
+        said.append(
+            f"{real_prober.ended_at_once} replies of the real server carried no text and were timed by "
+            f"their end (the model ended them at once: that end came when a first token would have)."
+        )
+    if real_prober.empty:
+        said.append(
+            f"{real_prober.empty} replies of the real server carried no text (nothing to time): each "
+            f"was sent again with new text (the twin got the prompt as first written)."
+        )
+    if done.left_out:
+        said.append(
+            f"{len(done.left_out)} of {len(done.real) + len(done.left_out)} rounds were left out on both "
+            f"servers, each for a request that failed (the medians hold the other rounds): "
+            + "; ".join(done.left_out)
+        )
+    return said

@@ -379,12 +379,19 @@ def host_finding(
     )
 
 
-BATCH_CANDIDATES: tuple[int | None, ...] = (None, 256, 512, 1024, 2048, 4096, 8192)
+ALL_AT_ONCE = 1 << 16
+"""A step that takes every prompt waiting, whole: mlx_lm.server's batched generation, where prompts
+sent together are read together and get their first tokens together (measured on the kit's tiny
+model, 4 sent at once: 5,145, 5,146, 5,147, 5,147 ms)."""
+BATCH_CANDIDATES: tuple[int | None, ...] = (None, 256, 512, 1024, 2048, 4096, 8192, ALL_AT_ONCE)
 """The batch sizes calibrate tries (llama.cpp's -b is 2048 by default); None: no batches, each
-prompt's first token at the end of its own prefill."""
+prompt's first token at the end of its own prefill; ALL_AT_ONCE: MLX's batches."""
 
 
-SLOWDOWN_CANDIDATES: tuple[float, ...] = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, -0.05, -0.1, -0.2)
+SLOWDOWN_CANDIDATES: tuple[float, ...] = (
+    *(0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0),
+    *(-0.05, -0.1, -0.2),
+)
 """How much longer a batch shared by several prompts may take than its parts alone (0 first:
 on a tie, the simpler model; below 0, an engine that reads prompts faster together)."""
 

@@ -31,7 +31,7 @@ from felab.calibrate.save import write_whole
 from felab.mock_server.booking import PracticeModel, Prompt
 from felab.mock_server.config import DEFAULTS, Settings, unit_of
 from felab.mock_server.profile import END_LINE, SCHEMA
-from felab.mock_server.step import Step, prompt_steps
+from felab.mock_server.step import Step, prompt_steps, reply_context
 from felab.mock_server.terms import Rates
 from felab.paths import results_dir
 from felab.targets import Target
@@ -97,11 +97,13 @@ def alone(s: Sample) -> fit.Observation:
 
 def gap(s: Sample, streams: int) -> fit.Observation | None:
     """A reply's time per token as the fit sees it: one decode step of `streams` streams, each with
-    the reply's context (its prompt); None for a reply with no gap to time."""
+    the reply's mean context (its prompt and half the reply: step.reply_context); None for a reply
+    with no gap to time."""
     t = s.tpot_ms
     if t is None or t <= 0:  # (gaps of 0: chunks read in one burst)
         return None
-    return fit.Observation(t, (Step(decodes=(s.prompt_tokens,) * streams),), overhead=False)
+    context = reply_context(s.prompt_tokens, s.output_tokens)  # as the twin decodes it (step.py)
+    return fit.Observation(t, (Step(decodes=(context,) * streams),), overhead=False)
 
 
 def observations(m: Measurements, half: int | None = None) -> list[fit.Observation]:

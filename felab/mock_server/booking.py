@@ -41,6 +41,7 @@ from felab.mock_server.fleet import Fleet, Replica, Weights
 from felab.mock_server.host_cache import HostCache
 from felab.mock_server.loop import Loop, Turn
 from felab.mock_server.seats import Seat, Seats
+from felab.mock_server.step import reply_context
 from felab.mock_server.timing import Prefill, PrefillLane
 
 
@@ -197,7 +198,8 @@ class PracticeModel:
             prefill = replica.lane.book(admission, self.timing.prefill_s(uncached, cached), now)
         if self.settings.cache_mode == "blocks":  # (batched, prefill.end may move later, by less than
             replica.cache.insert(prompt.keys, used_at=prefill.end)  # a batch: the TTL starts that early)
-        interval = self.timing.token_interval_s(self.streams(replica, prefill.end), prompt.tokens)
+        context = reply_context(prompt.tokens, reply_tokens)  # its prompt and half its reply, on average
+        interval = self.timing.token_interval_s(self.streams(replica, prefill.end), context)
         rid = f"{next(self.ids)}"
         tokens = prompt.tokens
         b = Booking(rid, replica, tokens, cached, reply_tokens, arrival, prefill, interval, prompt.keys)

@@ -27,7 +27,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from felab.mock_server import terms
-from felab.mock_server.step import Piece, Step
+from felab.mock_server.step import Piece, Step, reply_context
 from felab.mock_server.timing import Prefill
 
 
@@ -107,7 +107,8 @@ class Loop:
         self.forget(now)
         turn = Turn(ready, self.alone_s(new, cached), math.inf, tokens=max(new, 1), cached=cached)
         turn.rank = next(self.arrivals) if rank is None or self.by_arrival else rank
-        turn.reply, turn.gap = reply, terms.step_seconds(Step(decodes=(cached + new,)), self.rates)
+        context = reply_context(cached + new, reply)  # its prompt, and half its reply on average
+        turn.reply, turn.gap = reply, terms.step_seconds(Step(decodes=(context,)), self.rates)
         self.span = max(self.span, (reply - 1) * turn.gap)
         since = max(ready, now)  # a step formed before it is ready is none of its business
         if (turn.rank, ready) >= self.top and self.steps:  # last in line: only the end moves
@@ -254,4 +255,5 @@ class Loop:
         """The context of each stream writing a reply token in a step formed at `clock`: its first
         token came and its reply is not over (the latest first tokens only: `span`)."""
         recent = itertools.takewhile(lambda t: t.end >= clock - self.span, reversed(self.streams.values()))
-        return tuple(t.cached + t.tokens for t in recent if t.end <= clock < t.reply_end)
+        running = (t for t in recent if t.end <= clock < t.reply_end)
+        return tuple(reply_context(t.cached + t.tokens, t.reply) for t in running)

@@ -61,3 +61,11 @@ def prompt_steps(uncached: int, cached: int = 0, batch_tokens: int | None = None
         steps.append(Step((Piece(new, cached + done, opens=not done, cached=cached),)))
         done += new
     return steps
+
+
+def reply_context(prompt_tokens: int, reply_tokens: int) -> int:
+    """The context a reply's tokens attend to, on average: its prompt, and half the reply before
+    them (token i attends to the prompt and the i tokens written before it). A 200-token reply
+    after a 100-token prompt decodes at a mean context of 199, not 100: with a context term that
+    is the difference between a gap right and a gap 30% short (docs/runs, the held-out phase)."""
+    return prompt_tokens + max(reply_tokens - 1, 0) // 2

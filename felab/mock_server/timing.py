@@ -76,8 +76,8 @@ class TimingModel:
 
     def token_interval_s(self, streams: int = 1, context: int = 0) -> float:
         """Seconds between two reply tokens of one stream: a decode step of `streams` streams, each
-        with `context` tokens before its reply (both fixed when a request is booked: an
-        approximation, as the number of streams changes and the reply grows the context)."""
+        with `context` tokens of context (booking.py passes the reply's mean: step.reply_context;
+        both fixed when a request is booked: an approximation, as the number of streams changes)."""
         return terms.step_seconds(Step(decodes=(context,) * max(streams, 1)), self)
 
     @cached_property
