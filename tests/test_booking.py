@@ -299,3 +299,35 @@ def test_a_cached_opening_costs_a_floor_per_cached_token_and_decode_slows_with_t
 def test_the_context_terms_at_zero_are_todays_model_exactly() -> None:
     t, zero = Settings().timing, Settings(cached_token_us=0.0, decode_context_ns=0.0).timing
     assert t == zero and t.prefill_s(50, 3008) == 50 / 2500 and t.token_interval_s(3, 5000) == 1 / 400
+
+
+@pytest.mark.parametrize("batch_tokens", [None, 2048])
+def test_with_seats_the_streams_counted_are_those_on_a_seat(batch_tokens: int | None) -> None:
+    # The streams decoding when a request's first token comes set its gap (decode_slowdown). With
+    # seats they are counted from each seat's last holder (admission is first come first served),
+    # not from every live request (a replay's overloaded replica holds thousands): the same count.
+    import random
+
+    from felab.mock_server.booking import Booking
+
+    s = Settings(seats=4, decode_slowdown=0.5, batch_tokens=batch_tokens)
+    model = PracticeModel(s)
+    rng = random.Random(5)
+    now, checked = 0.0, 0
+    for i in range(300):
+        now += rng.expovariate(40)
+        replica = model.fleet.replicas[0]
+        if model.live:
+            assert replica.seats is not None  # a first token comes after its own admission, the latest
+            at = max(now, replica.seats.last_admission) + rng.uniform(0, 2)
+            scan = 1 + sum(
+                b.first_token_at <= at < b.reply_end for b in model.live.values() if isinstance(b, Booking)
+            )
+            checked += scan > 1
+            assert model.streams(replica, at) == scan, i
+        b = model.book(prompt([i * 7 + k for k in range(rng.randint(1, 40))]), rng.randint(1, 300), now, now)
+        for done in [x for x in model.live.values() if x.reply_end <= now]:
+            model.finish(done)
+        if rng.random() < 0.1:
+            model.cancel(b, now + 0.01)
+    assert checked > 100  # the counts compared were of several streams, not only of one

@@ -206,7 +206,7 @@ def test_a_batch_slowdown_at_the_edge_of_its_range_is_left_out_and_said() -> Non
         return [[100.0 * (1 + s + 0.3), 200.0, 300.0, 400.0]] if b else [[500.0, 500.0, 500.0, 500.0]]
 
     got, why = fit.supported_batch([[100.0, 200.0, 300.0, 400.0]], twin)
-    assert got.slowdown == 0.0 and why and "at the edge of the range tried (-0.2 to 1)" in why
+    assert got.slowdown == 0.0 and why and "at the edge of the range tried (-0.2 to 2)" in why
 
     # Within the range and worth more than the rounds' spread: kept.
     def inside(b: int | None, s: float) -> list[list[float]]:

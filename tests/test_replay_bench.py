@@ -22,7 +22,12 @@ def test_the_replay_benchmark_runs_every_part_at_a_tiny_size() -> None:
     for title in ("speed", "routing balance", "parallel sweep", "hostile input", "targets:"):
         assert title in out.stdout, title
     figures = json.loads(out.stdout.splitlines()[-1])
-    assert [r["requests"] for r in figures["speed"]] == [200, 200]
+    assert [(r["model"], r["requests"]) for r in figures["speed"]] == [
+        ("defaults", 200),
+        ("defaults", 200),
+        ("twin", 200),
+        ("twin", 200),
+    ]
     assert [(r["replicas"], r["route"]) for r in figures["routing_balance"]] == [
         (18, "random"),
         (18, "prefix"),
@@ -32,4 +37,4 @@ def test_the_replay_benchmark_runs_every_part_at_a_tiny_size() -> None:
     assert "met     --jobs 2 gives --jobs 1's rows (all but wall time): same" in out.stdout
     blank, spaces = figures["hostile_input"]
     assert blank["requests"] == 2 and spaces["refused"] is True
-    assert "replay_64_prefix_wall_s" in figures
+    assert "replay_64_prefix_wall_s" in figures and "replay_64_prefix_twin_wall_s" in figures

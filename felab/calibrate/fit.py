@@ -389,7 +389,7 @@ prompt's first token at the end of its own prefill; ALL_AT_ONCE: MLX's batches."
 
 
 SLOWDOWN_CANDIDATES: tuple[float, ...] = (
-    *(0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0),
+    *(0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0),
     *(-0.05, -0.1, -0.2),
 )
 """How much longer a batch shared by several prompts may take than its parts alone (0 first:

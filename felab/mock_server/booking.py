@@ -250,10 +250,17 @@ class PracticeModel:
 
     def streams(self, replica: Replica, at: float) -> int:
         """Streams decoding on `replica` at `at`, one starting then included (it sets how fast each
-        decodes: timing.py). Counted when a request is booked and kept for its reply."""
+        decodes: timing.py). Counted when a request is booked and kept for its reply. With seats,
+        only each seat's last holder can be on it at `at` (admission is first come first served, and
+        `at` is past every admission so far): a look at each seat, not at every live request (a
+        replay's overloaded replica holds thousands)."""
         if not self.timing.decode_slowdown:
             return 1
-        mine = (b for b in self.live.values() if b.replica is replica)
+        if replica.seats is not None:
+            holders = (s.holder for s in replica.seats.seats)
+            mine = (b for b in holders if isinstance(b, Booking) and b.rid in self.live)
+        else:
+            mine = (b for b in self.live.values() if b.replica is replica)
         return 1 + sum(b.first_token_at <= at < b.reply_end for b in mine)
 
     def finish(self, booking: Booking, now: float | None = None) -> None:
