@@ -520,6 +520,24 @@ def test_too_few_requests_allowed_says_how_many_are_needed() -> None:
     assert out.returncode == 2 and "calibrate needs at least" in out.stderr
 
 
+def test_a_server_too_slow_for_max_minutes_is_stopped_early_and_nothing_is_written(tmp_path: Path) -> None:
+    # 2,000 tokens/s: the plan would take over a minute here; --max-minutes 0.5 stops it after its
+    # first prompts (a slower machine only makes the projection longer). Before: no such option.
+    out_file = tmp_path / "twin.toml"
+    with practice_server("--prefill-tps=2000") as url:
+        out = run_felab(
+            "calibrate", "--target", "mock", "--base-url", url, "--out", str(out_file), "--max-minutes", "0.5"
+        )
+    said = " ".join(out.stderr.split())
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "this server is too slow to calibrate within --max-minutes 0.5" in said and "Traceback" not in said
+    assert "nothing was written" in said and not out_file.exists()
+    advice = re.search(r"`(python -m felab calibrate [^`]*)`", said)
+    assert advice, said  # the learner's own flags, the bound raised
+    assert f"--base-url {url} --out {out_file} --max-minutes " in advice[1]
+    assert "calibrating it takes about" in out.stdout and "3/6" not in out.stdout  # stopped in step 2
+
+
 def test_a_paid_target_asks_first_and_a_no_sends_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     import subprocess
     import sys

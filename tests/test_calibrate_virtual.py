@@ -14,14 +14,16 @@ that calibrate completes and writes a profile the practice server reads.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import re
 
 import pytest
 from test_calibrate import KNOWN  # the settings its real-HTTP test calibrates, here on a virtual clock
 
+from felab.calibrate import command
 from felab.calibrate import profile as prof
-from felab.calibrate.plan import Plan, make_plan, measure
+from felab.calibrate.plan import Measurements, Plan, make_plan, measure, speed_of
 from felab.calibrate.probes import Prober, Sample, ServerFacts
 from felab.errors import FelabError
 from felab.mock_server.booking import Booking, PracticeModel, Prompt
@@ -209,3 +211,71 @@ def test_the_requests_it_asks_for_with_seats_are_enough() -> None:
         make_plan(facts, 5)
     least = int(re.search(r"at least (\d+) requests", refused.value.message).group(1))  # type: ignore[union-attr]
     assert make_plan(facts, least).push_seats == 4
+
+
+# ── the time bound: a server too slow to calibrate in time is stopped early ──
+
+SLOW = KNOWN | {"prefill_tps": 100.0}
+"""A server that reads a cold 3,000-token prompt in 30 s (10 ms, then 100 tokens a second)."""
+
+
+def again(minutes: int) -> str:
+    return command.rerun_command("mock", "http://virtual/v1", max_minutes=minutes)
+
+
+def bounded(settings: dict, max_minutes: float) -> tuple[VirtualProber, Plan, Measurements]:
+    """The whole plan with calibrate's time bound, on a virtual clock (no seats: a plain server)."""
+    s = dataclasses.replace(DEFAULTS, **settings)
+    facts, plan = ServerFacts("felab practice server"), Plan(6400)
+    prober = VirtualProber(s, plan.announced())
+    m = measure(prober, plan, facts, command.bound(plan, facts, max_minutes, again, prober))
+    return prober, plan, m
+
+
+def test_a_server_too_slow_for_the_bound_stops_after_its_first_prompts_with_one_message() -> None:
+    # Before: no bound, the plan ran on (about 13 minutes of this server's time, here virtual).
+    with pytest.raises(FelabError) as stopped:
+        bounded(SLOW, 10)
+    said = " ".join(stopped.value.message.split())
+    # After the first call and two cold lengths (5 each): 11 of the plan's 95 requests.
+    assert "It stopped after 11 requests; nothing was written." in said
+    assert Plan(6400).requests() > 8 * 11
+    found = re.search(r"A cold prompt of ([\d,]+) tokens took ([\d.]+) s", said)
+    assert found, said
+    tokens, seconds = int(found[1].replace(",", "")), float(found[2])
+    assert 300 < tokens < 500 and seconds == round(0.010 + tokens / 100, 2)  # 10 ms, then 100 tokens/s
+    minutes = float(re.search(r"would take about ([\d.]+) minutes", said)[1])  # type: ignore[index]
+    assert minutes > 10
+    assert "too slow to calibrate within --max-minutes 10." in said
+    advised = "python -m felab calibrate --target mock --base-url http://virtual/v1 --max-minutes "
+    assert f"`{advised}{math.ceil(minutes * command.SPARE)}`" in said
+    assert "Or calibrate a faster deployment of it" in said  # it reports no context to shrink
+
+
+def test_the_bound_it_advises_lets_the_same_server_through_and_its_projection_held() -> None:
+    with pytest.raises(FelabError) as stopped:
+        bounded(SLOW, 10)
+    raised = int(re.search(r"--max-minutes (\d+)`", stopped.value.message)[1])  # type: ignore[index]
+    prober, plan, m = bounded(SLOW, raised)
+    # The whole plan, but the cold lengths it leaves out on a server this slow (over 8 s each).
+    assert len(m.decode) == 3 and len(m.together) == 4 and len(m.cold) == 3
+    assert prober.used == plan.requests() - plan.repeats * (len(plan.cold_lengths) - 3)
+    # The projection was honest: the plan took what it said (the virtual clock), within what the
+    # line leaves out (cached tokens' cost, replies' context: a few seconds of some 12 minutes).
+    projected = plan.projected_s(speed_of(m.cold[: plan.speed_at + 1]))
+    assert prober.now == pytest.approx(projected, rel=0.05)
+
+
+def test_a_fast_server_is_not_stopped_and_its_duration_is_said(capsys: pytest.CaptureFixture[str]) -> None:
+    prober, plan, _ = bounded(KNOWN, 10)
+    assert prober.used == plan.requests()
+    said = capsys.readouterr().out
+    assert re.search(
+        r"this server read [\d,]+ tokens in 0\.0\d s: calibrating it takes about 0\.\d minutes", said
+    )
+
+
+def test_calibrating_takes_at_most_2_minutes_where_3000_tokens_take_1_s() -> None:
+    # The issue's target, on the virtual clock: a cold 3,000-token prompt in 1 s (no overhead).
+    prober, _, _ = bounded(KNOWN | {"overhead_ms": 0.0, "prefill_tps": 3000.0}, 2)
+    assert prober.now < 120

@@ -11,11 +11,15 @@ fitted settings and what each means, or with one message saying why it could not
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
+import math
 import os
 import random
+import shlex
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -25,8 +29,16 @@ from tabulate import tabulate
 from felab.calibrate import check as card
 from felab.calibrate import counting, evidence
 from felab.calibrate import profile as prof
-from felab.calibrate.plan import make_plan, measure
-from felab.calibrate.probes import BIGGEST, DECODE_MAX_TOKENS, Prober, ServerFacts, delivery_ms, server_facts
+from felab.calibrate.plan import SEAT_ROOM, Plan, Speed, make_plan, measure
+from felab.calibrate.probes import (
+    BIGGEST,
+    DECODE_MAX_TOKENS,
+    SMALLEST_CONTEXT,
+    Prober,
+    ServerFacts,
+    delivery_ms,
+    server_facts,
+)
 from felab.calibrate.save import ProfileNotWritten, check_out
 from felab.connect import client, resolve, served_model
 from felab.errors import FelabError
@@ -37,6 +49,20 @@ from felab.prices import price_for
 from felab.results import busy, record
 from felab.tables import table
 from felab.targets import NO_KEY, TARGETS, Target
+
+MAX_REQUESTS = 250
+"""`--max-requests` by default."""
+MAX_MINUTES = 10.0
+"""Calibrate's time bound by default (`--max-minutes`): a server whose plan would take longer is
+stopped once its speed is known, after a dozen requests."""
+DURATION = (
+    "about 2 minutes on a server that reads a cold 3,000-token prompt within 1 s, longer in "
+    "proportion on a slower one (it says how long once it has timed its first prompts)"
+)
+"""How long calibrate takes, as it announces it (plan.py's docstring works it out)."""
+SPARE = 1.2
+"""The bound the too-slow message advises: the projection and a fifth more, so that the same
+server on a busier moment is not stopped again."""
 
 
 def fresh_seed() -> int:
@@ -63,7 +89,7 @@ def announce(
     requests: int,
     tokens: int | None,
     yes: bool,
-    duration: str = "up to about 2 minutes",
+    duration: str = DURATION,
     spare: int = 0,
 ) -> None:
     """Say what will be sent, and how long it takes; on a paid target, ask first (or take --yes).
@@ -89,14 +115,24 @@ def announce(
             raise FelabError("nothing was sent (not confirmed). Add --yes to skip the question.")
 
 
-def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) -> Path:
-    """Measure, fit, check the fit's evidence, write the profile, print what it found."""
+def calibrate(
+    target: Target,
+    out: Path | None,
+    max_requests: int,
+    yes: bool,
+    max_minutes: float = MAX_MINUTES,
+    again: Callable[[int], str] | None = None,
+) -> Path:
+    """Measure, fit, check the fit's evidence, write the profile, print what it found. Once the
+    server's speed is known, stop if the plan would take over `max_minutes` (`again(minutes)`: the
+    learner's command with the bound raised; by default one built from the target)."""
     facts = server_facts(target)
     plan = make_plan(facts, max_requests)
     requests = plan.announced() + counting.REQUESTS
     announce(target, facts, requests, plan.prompt_tokens() + counting.PROMPT_TOKENS, yes, spare=plan.spare())
     prober = Prober(target, client(target, timeout=120.0), requests, say, seed=fresh_seed())
-    m = measure(prober, plan, facts)
+    rerun = again or (lambda minutes: rerun_command(target.name, target.base_url, max_minutes=minutes))
+    m = measure(prober, plan, facts, bound(plan, facts, max_minutes, rerun, prober))
     say(f"  and how it counts tokens: {counting.REQUESTS} texts of prose, code, numbers, another script")
     counted = counting.find(prober, target)
     seconds = prober.elapsed_s()
@@ -167,6 +203,81 @@ def calibrate(target: Target, out: Path | None, max_requests: int, yes: bool) ->
     say(f"check the twin:  python -m felab calibrate --check {shown} --target {target.name}")
     say(f"serve the twin:  {from_here('make mock')} PROFILE={shown}")
     return path
+
+
+def rerun_command(
+    target_name: str,
+    base_url: str | None = None,
+    model: str | None = None,
+    out: Path | None = None,
+    max_requests: int | None = None,
+    yes: bool = False,
+    max_minutes: int | None = None,
+) -> str:
+    """The calibrate command with the learner's own flags (those given: they work again from the
+    folder it was typed in) and the ones the advice changes."""
+    words = ["python -m felab calibrate", f"--target {target_name}"]
+    given = {
+        "--base-url": base_url,
+        "--model": model,
+        "--out": out,
+        "--max-requests": max_requests,
+        "--max-minutes": max_minutes,
+    }
+    words += [f"{flag} {shlex.quote(str(value))}" for flag, value in given.items() if value is not None]
+    return " ".join(words + (["--yes"] if yes else []))
+
+
+def bound(
+    plan: Plan, facts: ServerFacts, max_minutes: float, again: Callable[[int], str], prober: Prober
+) -> Callable[[Speed], None]:
+    """Calibrate's time bound, for `measure`: once the server's speed is known, say how long the
+    whole plan takes on it, and stop (nothing written yet) if that is over `max_minutes`."""
+
+    def check_speed(speed: Speed) -> None:
+        minutes = plan.projected_s(speed, counting.REQUESTS, counting.PROMPT_TOKENS) / 60
+        tokens, seconds = speed.long
+        said = f"this server read {tokens:,} tokens in {seconds:.2f} s"
+        say(f"    {said}: calibrating it takes about {max(minutes, 0.1):.1f} minutes")
+        if minutes > max_minutes:
+            raise FelabError(
+                f"calibrate stopped: this server is too slow to calibrate within --max-minutes "
+                f"{max_minutes:g}. A cold prompt of {tokens:,} tokens took {seconds:.2f} s, so its "
+                f"plan (about {plan.read_tokens(speed):,} prompt tokens to read) would take about "
+                f"{minutes:.1f} minutes. It stopped after {prober.used} requests; nothing was "
+                f"written. To calibrate it anyway, allow that long (a fifth to spare, for a busier "
+                f"moment): `{again(math.ceil(minutes * SPARE))}`. Or "
+                f"{faster(plan, facts, speed, max_minutes)}"
+            )
+
+    return check_speed
+
+
+def faster(plan: Plan, facts: ServerFacts, speed: Speed, max_minutes: float) -> str:
+    """What makes this server quicker to calibrate, where it reports its context: a smaller one
+    (the plan's prompts follow it), the largest whose plan fits the bound at the measured speed."""
+    if facts.seat_context is None:
+        return "calibrate a faster deployment of it (a GPU, or a smaller model)."
+    for seat in (4096, 2048, SMALLEST_CONTEXT + SEAT_ROOM):
+        smaller = dataclasses.replace(plan, biggest=min(plan.biggest, seat - SEAT_ROOM))
+        fits = smaller.projected_s(speed, counting.REQUESTS, counting.PROMPT_TOKENS) <= 60 * max_minutes
+        if seat < facts.seat_context and fits:
+            return (
+                f"restart the server with seats of {seat:,} tokens ({flags_for(facts, seat)}): "
+                f"calibrate's prompts follow "
+                f"the context, and then fit in the time; use the profile with the context you really run "
+                f"(--context-tokens, --seats)."
+            )
+    return "calibrate it on a faster machine (a GPU), or with a smaller model: no smaller context fits."
+
+
+def flags_for(facts: ServerFacts, seat: int) -> str:
+    """The server's own flags for seats of `seat` tokens, as many seats as it has."""
+    if facts.seats and facts.engine.startswith("llama.cpp"):
+        return f"-c {seat * facts.seats} -np {facts.seats}"
+    if facts.seats:  # the practice server's flags
+        return f"--context-tokens {seat * facts.seats} --seats {facts.seats}"
+    return f"{facts.engine}: {'--context-length' if facts.engine == 'SGLang' else '--max-model-len'} {seat}"
 
 
 def verify(profile: prof.Profile) -> None:
@@ -365,9 +476,17 @@ def confirm_other_server(path: Path, differs: list[str], yes: bool) -> None:
 @click.option(
     "--max-requests",
     type=click.IntRange(min=1),
-    default=250,
+    default=MAX_REQUESTS,
     show_default=True,
     help="never send the server more requests than this",
+)
+@click.option(
+    "--max-minutes",
+    type=click.FloatRange(min=0, min_open=True),
+    default=MAX_MINUTES,
+    show_default=True,
+    help="stop (nothing written) when the server's speed, timed on its first prompts, puts "
+    "calibrating it above this many minutes",
 )
 @click.option(
     "--plot", "picture", type=click.Path(dir_okay=False, path_type=Path), help="--check's picture (.png)"
@@ -384,12 +503,13 @@ def calibrate_command(
     out: Path | None,
     check_path: Path | None,
     max_requests: int,
+    max_minutes: float,
     picture: Path | None,
     yes: bool,
 ) -> Any:
     """Measure a server and write a profile that makes the practice server behave like it.
 
-    It fits, from about 95 streamed requests (2 minutes at most): the fixed overhead, prefill
+    It fits, from about 95 streamed requests: the fixed overhead, prefill
     against uncached tokens and tokens already in context, the engine's characters per token,
     its prefix cache (whole blocks, or the longest common prefix per seat), how 4 prompts sent
     at once are prefilled, decode time per token and its slowdown with streams at once, and
@@ -397,6 +517,10 @@ def calibrate_command(
     seat comes back cached (llama-server's --cache-ram). A reply with no text is sent again with
     new text (up to a fifth more requests, counted in the total it announces); a figure that
     cannot be true stops it; a busy machine or a doubtful fit is said, and kept in the profile.
+
+    It takes about 2 minutes on a server that reads a cold 3,000-token prompt within 1 s, and
+    longer in proportion on a slower one: after its first dozen requests it says how long, from
+    the speed it measured, and stops there (nothing written) if that is over --max-minutes.
 
     \b
     Examples:
@@ -411,7 +535,12 @@ def calibrate_command(
         if check_path is not None and settings is not None:
             check(target, check_path, settings, max_requests, yes, picture)
         else:
-            calibrate(target, out, max_requests, yes)
+            shown = max_requests if max_requests != MAX_REQUESTS else None
+
+            def again(minutes: int) -> str:
+                return rerun_command(target_name, base_url, model, out, shown, yes, minutes)
+
+            calibrate(target, out, max_requests, yes, max_minutes, again)
 
 
 def notes(

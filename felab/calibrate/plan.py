@@ -15,16 +15,79 @@ server is too small before it sends anything.
     decode           1 stream, then 2 and 4 at once
     pushed out       (a server with seats) an opening, one short prompt per seat, the opening again:
                      does a prompt that left its seats come back cached (llama.cpp's --cache-ram)?
+
+How long it takes is the server's business: nearly all of it is prompt reading. Once the
+cold step has timed two lengths (the first at least twice as long as the shortest), `Speed`
+draws a line through their medians (a fixed overhead per request, seconds per prompt token)
+and `Plan.projected_s` prices the plan with it: its requests' overheads, the prompt tokens the
+server must read (not those its prefix cache keeps), and the gaps of the replies. So the
+duration scales with the server's time per token: on a server that reads a cold 3,000-token
+prompt in 1 s (3,000 tokens/s) the plan reads about 156,000 tokens, about a minute (57 s on
+tests/test_calibrate_virtual.py's virtual clock, 54 s projected); twice as slow a server takes
+about twice as long, a little less below 1,000 tokens/s, where the cold step leaves out the
+lengths that would take over 8 s each (300 tokens/s: about 4 minutes; 100: about 13). The
+line leaves out attention, which grows with a prompt's length: where it counts (a CPU), the
+projection is somewhat short.
 """
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from felab.calibrate import probes
 from felab.calibrate.probes import BIGGEST, SMALLEST_CONTEXT, Prober, ServerFacts
 from felab.errors import FelabError
+
+SEAT_ROOM = probes.DECODE_MAX_TOKENS + 64
+"""Tokens of a seat kept free beside the longest probe prompt (a reply, and the template's)."""
+QUESTION_TOKENS = 20
+"""About the tokens of a short question after a cached opening (prompts.QUESTIONS, the template's)."""
+DECODE_PROMPT_TOKENS = 60
+"""About the tokens of a decode probe's prompt (200 characters, and the template's)."""
+
+
+@dataclass(frozen=True)
+class Speed:
+    """How fast this server reads a cold prompt: the medians of two cold lengths, and the line
+    through them, seconds = overhead + tokens x per token; and the gap between reply tokens."""
+
+    short: tuple[int, float]
+    """The shorter length: its tokens, its median TTFT in seconds."""
+    long: tuple[int, float]
+    """The longer length: its tokens, its median TTFT in seconds (what the projection line says)."""
+    gap_s: float = 0.0
+    """Median time between reply tokens (0: no reply had two tokens of text)."""
+
+    @property
+    def per_token_s(self) -> float:
+        """The slope; where noise makes it 0 or less, the longer prompt's time over its tokens."""
+        (n1, t1), (n2, t2) = self.short, self.long
+        slope = (t2 - t1) / (n2 - n1) if n2 > n1 else 0.0
+        return slope if slope > 0 else t2 / max(n2, 1)
+
+    @property
+    def overhead_s(self) -> float:
+        return max(0.0, self.long[1] - self.per_token_s * self.long[0])
+
+    def seconds(self, tokens: int) -> float:
+        """A cold prompt of `tokens`, by the line."""
+        return self.overhead_s + tokens * self.per_token_s
+
+
+def speed_of(cold: list[list[probes.Sample]]) -> Speed:
+    """The speed from the cold step's first and last lengths so far (medians of their repeats)."""
+
+    def point(group: list[probes.Sample]) -> tuple[int, float]:
+        return (
+            int(statistics.median(s.prompt_tokens for s in group)),
+            statistics.median(s.ttft_ms for s in group) / 1000,
+        )
+
+    gaps = [t for g in cold for s in g if (t := s.tpot_ms) is not None]
+    return Speed(point(cold[0]), point(cold[-1]), statistics.median(gaps) / 1000 if gaps else 0.0)
 
 
 @dataclass(frozen=True)
@@ -109,6 +172,50 @@ class Plan:
         pushed = 2 * self.pushed_tokens + probes.PUSH_TOKENS * self.push_seats if self.push_seats else 0
         return 100 + cold + opened + rows + together + pushed + 60 * 7
 
+    @property
+    def speed_at(self) -> int:
+        """The cold length after which the speed is known: the first at least twice the shortest
+        (the second of the full plan's; never later than the third, before any is left out)."""
+        lengths = self.cold_lengths
+        return next(i for i, n in enumerate(lengths) if n >= 2 * lengths[0])
+
+    def cold_sent(self, speed: Speed) -> list[int]:
+        """The cold lengths `probes.cold` sends on a server of this speed (it leaves out, from the
+        fourth on, a length that would take over SLOWEST_PROBE_S: `probes._slow`)."""
+        kept: list[int] = []
+        for n in self.cold_lengths:
+            if len(kept) >= 3 and 2 * speed.seconds(kept[-1]) / kept[-1] * n > probes.SLOWEST_PROBE_S:
+                break
+            kept.append(n)
+        return kept
+
+    def read_tokens(self, speed: Speed) -> int:
+        """About how many prompt tokens the server reads (not those its prefix cache keeps): each
+        cold prompt whole, an opening once, and after it only what is new."""
+        cold = sum(self.cold_sent(speed)) * self.repeats
+        opened = sum(
+            o + 2 * self.suffix_tokens + (self.warm + 1) * QUESTION_TOKENS for o in self.opening_lengths
+        )
+        targets = self.row_targets
+        rows = self.rows_opening + sum(targets) + max(targets) + 60 if self.rows else 0
+        together = self.together_tokens * self.streams * self.together_rounds
+        decode = DECODE_PROMPT_TOKENS * sum(self.decode_streams)
+        pushed = 2 * self.pushed_tokens + probes.PUSH_TOKENS * self.push_seats if self.push_seats else 0
+        return 100 + cold + opened + rows + together + decode + pushed
+
+    def reply_gaps(self) -> int:
+        """The gaps between reply tokens the plan waits for: one a prompt probe, the short
+        questions' longer replies, and the decode probes' (streams at once share their steps)."""
+        questions = len(self.opening_lengths) * self.warm * (probes.FOLLOW_UP_MAX_TOKENS - 2)
+        return self.requests() + questions + probes.DECODE_MAX_TOKENS * len(self.decode_streams)
+
+    def projected_s(self, speed: Speed, more_requests: int = 0, more_tokens: int = 0) -> float:
+        """How long the whole plan takes on a server of this speed (with `more_requests` of
+        `more_tokens` in all besides: calibrate's count of tokens), by the speed's line."""
+        tokens = self.read_tokens(speed) + more_tokens
+        requests = self.requests() + more_requests
+        return requests * speed.overhead_s + tokens * speed.per_token_s + self.reply_gaps() * speed.gap_s
+
 
 SHORTER: tuple[dict[str, Any], ...] = (
     {},
@@ -124,7 +231,7 @@ def make_plan(facts: ServerFacts, max_requests: int) -> Plan:
     """The largest plan that fits the server's context and `max_requests`; a FelabError if none does."""
     biggest = BIGGEST
     if facts.seat_context is not None:
-        biggest = min(biggest, facts.seat_context - probes.DECODE_MAX_TOKENS - 64)
+        biggest = min(biggest, facts.seat_context - SEAT_ROOM)
     if biggest < SMALLEST_CONTEXT:
         seat = f"{facts.seat_context:,} tokens" + (" per seat" if facts.seats else "")
         raise FelabError(
@@ -161,8 +268,12 @@ class Measurements:
     """An opening pushed out of every seat and sent again (None: no seats, not measured)."""
 
 
-def measure(p: Prober, plan: Plan, facts: ServerFacts) -> Measurements:
-    """Run the plan's steps in order, with a progress line for each."""
+def measure(
+    p: Prober, plan: Plan, facts: ServerFacts, on_speed: Callable[[Speed], None] | None = None
+) -> Measurements:
+    """Run the plan's steps in order, with a progress line for each. Once the cold step has timed
+    the plan's first lengths, `on_speed` gets the server's speed (calibrate's time bound: it may stop
+    there, before the plan's long prompts)."""
     n = (6 if plan.rows else 5) + (1 if plan.push_seats else 0)
     last = n - 1 if plan.push_seats else n  # (decode's step)
     p.say(f"  1/{n}  a first short call (does it answer, and report its prompt tokens?)")
@@ -171,7 +282,7 @@ def measure(p: Prober, plan: Plan, facts: ServerFacts) -> Measurements:
     p.say(
         f"  2/{n}  cold prompts of {len(plan.cold_lengths)} lengths, {plan.repeats}x each (prefill, overhead)"
     )
-    m.cold = probes.cold(p, plan.cold_lengths, plan.repeats)
+    m.cold = probes.cold(p, plan.cold_lengths, plan.repeats, _after(plan.speed_at, on_speed))
     p.say(f"  3/{n}  {len(plan.opening_lengths)} openings, each sent again with new text (prefix cache)")
     m.openings = probes.openings(p, plan.opening_lengths, plan.suffix_tokens, plan.warm)
     if plan.rows:
@@ -188,3 +299,18 @@ def measure(p: Prober, plan: Plan, facts: ServerFacts) -> Measurements:
         p.say(f"  {n}/{n}  an opening pushed out of every seat, then sent again (a cache beyond the seats)")
         m.pushed = probes.pushed_out(p, plan.push_seats, plan.pushed_tokens)
     return m
+
+
+def _after(
+    at: int, on_speed: Callable[[Speed], None] | None
+) -> Callable[[list[list[probes.Sample]]], None] | None:
+    """What the cold step calls after each length: `on_speed` once, after the length `at`."""
+    if on_speed is None:
+        return None
+    known = on_speed
+
+    def then(cold: list[list[probes.Sample]]) -> None:
+        if len(cold) == at + 1:
+            known(speed_of(cold))
+
+    return then

@@ -317,7 +317,12 @@ def first_call(p: Prober) -> Sample:
     return p.call(prompts.fresh(400, p.rng))
 
 
-def cold(p: Prober, lengths: list[int], repeats: int) -> list[list[Sample]]:
+def cold(
+    p: Prober,
+    lengths: list[int],
+    repeats: int,
+    then: Callable[[list[list[Sample]]], None] | None = None,
+) -> list[list[Sample]]:
     """Prompts that share nothing, `repeats` of each length back to back, shortest first; a length
     this server would take more than SLOWEST_PROBE_S to read is left out (the longest so far says
     how long). Back to back, not in passes over the lengths: on llama.cpp a cold prompt sent
@@ -333,6 +338,8 @@ def cold(p: Prober, lengths: list[int], repeats: int) -> list[list[Sample]]:
         p.learn_chars_per_token([s for g in out for s in g])
         times = ", ".join(f"{s.ttft_ms:.0f}" for s in got)
         p.say(f"    {n + 1}/{len(lengths)}  {got[0].prompt_tokens:>6,} tokens  TTFT {times} ms")
+        if then is not None:
+            then(out)
     return out
 
 
