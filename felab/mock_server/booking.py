@@ -198,10 +198,9 @@ class PracticeModel:
             prefill = replica.lane.book(admission, self.timing.prefill_s(uncached, cached), now)
         if self.settings.cache_mode == "blocks":  # (batched, prefill.end may move later, by less than
             replica.cache.insert(prompt.keys, used_at=prefill.end)  # a batch: the TTL starts that early)
-        context = reply_context(prompt.tokens, reply_tokens)  # its prompt and half its reply, on average
-        interval = self.timing.token_interval_s(self.streams(replica, prefill.end), context)
-        rid = f"{next(self.ids)}"
-        tokens = prompt.tokens
+        streams, context = self.streams(replica, prefill.end), reply_context(prompt.tokens, reply_tokens)
+        interval = self.timing.token_interval_s(streams, context)  # (context: prompt and half the reply)
+        rid, tokens = f"{next(self.ids)}", prompt.tokens
         b = Booking(rid, replica, tokens, cached, reply_tokens, arrival, prefill, interval, prompt.keys)
         b.seat, b.ready, b.restore_s = seat, ready, restore_s
         self.live[b.rid] = b
