@@ -20,6 +20,7 @@ from felab.connect import client
 from felab.mock_server.config import Settings
 from felab.mock_server.launch import practice_server
 from felab.mock_server.profile import PROFILE_PATH
+from felab.mock_server.seats import common_blocks
 from felab.mock_server.serve import banner
 from felab.mock_server.tokens import (
     INSTALL,
@@ -140,16 +141,6 @@ def practice_tokens(url: str, messages: list[dict]) -> tuple[int, int]:
     return usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens or 0
 
 
-def common(a: list[int], b: list[int]) -> int:
-    """How many leading ids two prompts share."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def test_the_practice_server_counts_and_caches_with_the_tokenizer(files: tuple[Path, Path]) -> None:
     """Started for real with --tokenizer: usage.prompt_tokens is the tokenizer's count of its
     template text plus --template-tokens, and the cache reuses whole blocks of token ids."""
@@ -170,7 +161,7 @@ def test_the_practice_server_counts_and_caches_with_the_tokenizer(files: tuple[P
             # blocks: the system message rendered alone ends with the generation prompt, which the
             # second prompt does not share, so its length is not the truth (it passed by luck where
             # those few tokens fell inside one block).
-            shared = max((common(ids, before) for before in seen), default=0)
+            shared = max((common_blocks(ids, before) for before in seen), default=0)
             assert cached == shared // 16 * 16 and (not seen or cached > 1000)
             seen.append(ids)
     chars = sum(len(m["role"]) + 6 + len(m["content"]) for m in asked[0]) + len("<|assistant|>\n")
