@@ -85,7 +85,8 @@ class Loop:
 
     def __init__(self, batch_tokens: int, rates: terms.Rates, by_arrival: bool = False) -> None:
         self.batch_tokens, self.rates, self.by_arrival = batch_tokens, rates, by_arrival
-        self.terms = [(t.basis, c) for t in terms.TERMS if (c := t.coefficient(rates))]  # (the 0s left out)
+        self.price = terms.pricer(rates)
+        """What a step costs (the cost terms, their coefficients worked out once)."""
         self.queue: deque[Turn] = deque()
         """Turns whose first token may still be ahead, in booking order."""
         self.streams: dict[int, Turn] = {}
@@ -108,7 +109,7 @@ class Loop:
         turn = Turn(ready, self.alone_s(new, cached), math.inf, tokens=max(new, 1), cached=cached)
         turn.rank = next(self.arrivals) if rank is None or self.by_arrival else rank
         context = reply_context(cached + new, reply)  # its prompt, and half its reply on average
-        turn.reply, turn.gap = reply, terms.step_seconds(Step(decodes=(context,)), self.rates)
+        turn.reply, turn.gap = reply, self.price(Step(decodes=(context,)))
         self.span = max(self.span, (reply - 1) * turn.gap)
         since = max(ready, now)  # a step formed before it is ready is none of its business
         if (turn.rank, ready) >= self.top and self.steps:  # last in line: only the end moves
@@ -242,7 +243,7 @@ class Loop:
             room -= k
         pieces = tuple(Piece(k, t.cached + t.read, opens=not t.read, cached=t.cached) for t, k in parts)
         batch = Step(pieces, decodes)
-        step = EngineStep(clock, clock + sum(c * basis(batch, self.rates) for basis, c in self.terms), parts)
+        step = EngineStep(clock, clock + self.price(batch), parts)
         for t, k in parts:
             t.read, t.start = t.read + k, min(t.start, clock)
             if t.read >= t.tokens:

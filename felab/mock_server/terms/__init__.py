@@ -16,7 +16,7 @@ twin prices steps with `step_seconds`, the fit reads `basis`, the docs list `TER
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from felab.mock_server.step import Step, prompt_steps
@@ -61,15 +61,23 @@ def coefficients(rates: Rates) -> dict[str, float]:
     return {t.name: t.coefficient(rates) for t in TERMS}
 
 
+def pricer(rates: Rates) -> Callable[[Step], float]:
+    """What a step costs under these settings: the sum of its terms, each coefficient worked out
+    once (a term at 0 is not asked its basis: a replay prices every request, and with the
+    lesson's settings most terms are 0). The engine loop keeps one for all its steps."""
+    priced = [(t.basis, c) for t in TERMS if (c := t.coefficient(rates))]
+    return lambda step: sum(c * basis(step, rates) for basis, c in priced)
+
+
 def step_seconds(step: Step, rates: Rates) -> float:
-    """What `step` costs: the sum of its terms (a term at 0 is not asked its basis: a
-    replay prices every request, and with the lesson's settings most terms are 0)."""
-    return sum(c * t.basis(step, rates) for t in TERMS if (c := t.coefficient(rates)))
+    """What `step` costs: the sum of its terms."""
+    return pricer(rates)(step)
 
 
 def prompt_seconds(uncached: int, cached: int, rates: Rates, batch_tokens: int | None = None) -> float:
     """A prompt alone on an idle engine: the sum over its steps (step.prompt_steps)."""
-    return sum(step_seconds(s, rates) for s in prompt_steps(uncached, cached, batch_tokens))
+    price = pricer(rates)
+    return sum(price(s) for s in prompt_steps(uncached, cached, batch_tokens))
 
 
 def settings_from(coefs: Mapping[str, float]) -> dict[str, Any]:
