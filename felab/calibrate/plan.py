@@ -168,9 +168,17 @@ class Plan:
             if self.rows
             else 0
         )
-        together = self.together_tokens * self.streams * self.together_rounds
-        pushed = 2 * self.pushed_tokens + probes.PUSH_TOKENS * self.push_seats if self.push_seats else 0
-        return 100 + cold + opened + rows + together + pushed + 60 * 7
+        return 100 + cold + opened + rows + self.together_sent + self.pushed_sent + 60 * 7
+
+    @property
+    def together_sent(self) -> int:
+        """Prompt tokens of the prompts sent at once (all read: none shares a prefix)."""
+        return self.together_tokens * self.streams * self.together_rounds
+
+    @property
+    def pushed_sent(self) -> int:
+        """Prompt tokens of the pushed-out probe (an opening twice, a short prompt per seat)."""
+        return 2 * self.pushed_tokens + probes.PUSH_TOKENS * self.push_seats if self.push_seats else 0
 
     @property
     def speed_at(self) -> int:
@@ -198,10 +206,8 @@ class Plan:
         )
         targets = self.row_targets
         rows = self.rows_opening + sum(targets) + max(targets) + 60 if self.rows else 0
-        together = self.together_tokens * self.streams * self.together_rounds
         decode = DECODE_PROMPT_TOKENS * sum(self.decode_streams)
-        pushed = 2 * self.pushed_tokens + probes.PUSH_TOKENS * self.push_seats if self.push_seats else 0
-        return 100 + cold + opened + rows + together + decode + pushed
+        return 100 + cold + opened + rows + self.together_sent + decode + self.pushed_sent
 
     def reply_gaps(self) -> int:
         """The gaps between reply tokens the plan waits for: one a prompt probe, the short
