@@ -111,33 +111,49 @@ def llama_server() -> Iterator[str]:
     port = free_port()
     env = dict(os.environ, LLAMA_SERVER=str(LLAMA_SERVER), LLAMACPP_MODEL=str(TINY_MODEL))
     env |= {"LLAMACPP_PORT": str(port), "LLAMACPP_ARGS": "-t 1"}
+    argv = ["bash", str(SERVE_LLAMACPP), "Q4_K_M", "32768", "4"]
+    with engine_process(argv, f"http://127.0.0.1:{port}/health", "llama-server", SERVE_LLAMACPP.parent, env):
+        yield f"http://127.0.0.1:{port}/v1"
+
+
+@contextlib.contextmanager
+def engine_process(
+    argv: list[str],
+    health: str,
+    name: str,
+    cwd: Path = KIT_ROOT,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 120,
+) -> Iterator[None]:
+    """A real server in its own process group, ready once `health` answers 200, and stopped whole,
+    by its group's id, when done."""
     proc = subprocess.Popen(
-        ["bash", str(SERVE_LLAMACPP), "Q4_K_M", "32768", "4"],
-        cwd=SERVE_LLAMACPP.parent,
+        argv,
+        cwd=cwd,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # its own process group: stopped whole, by its id
     )
     try:
-        wait_healthy(f"http://127.0.0.1:{port}/health", proc)
-        yield f"http://127.0.0.1:{port}/v1"
+        wait_healthy(health, proc, name, timeout_s)
+        yield
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, 15)
         proc.wait(timeout=30)
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 120) -> None:
+def wait_healthy(url: str, proc: subprocess.Popen, name: str, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise FelabError(f"llama-server stopped before it was ready (exit {proc.returncode})")
+            raise FelabError(f"{name} stopped before it was ready (exit {proc.returncode})")
         with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as reply:
             if reply.status == 200:
                 return
         time.sleep(0.5)
-    raise FelabError(f"llama-server was not ready within {timeout_s:.0f} s")
+    raise FelabError(f"{name} was not ready within {timeout_s:.0f} s")
 
 
 def llamacpp_phase(folder: Path, rounds: int) -> None:

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import os
 import random
 import subprocess
 import sys
@@ -50,7 +49,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from felab.bench.calibrate import KNOWN, LLAMA_SERVER, TINY_MODEL, known_flags, load, wait_healthy
+from felab.bench.calibrate import KNOWN, LLAMA_SERVER, TINY_MODEL, engine_process, known_flags, load
 from felab.calibrate import check as card
 from felab.calibrate import command, prompts
 from felab.calibrate.probes import Prober, Sample
@@ -72,6 +71,8 @@ between the servers): both get the same growing prompt."""
 LONG_REPLY = 200
 BEHIND_S, BEHIND_SHARE = 0.1, 0.5
 ROUNDS = 5
+START_S = 300
+"""How long a real server may take to load its model (a wider one, on a busy machine)."""
 TPOT = "long reply: mean token gap"
 
 
@@ -160,28 +161,13 @@ class Case:
     missing: Callable[[], str | None]
 
 
-@contextlib.contextmanager
-def process(argv: list[str], health: str, name: str) -> Iterator[None]:
-    """A real server in its own process group, stopped whole by its id when done."""
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, cwd=KIT_ROOT
-    )
-    try:
-        wait_healthy(health, proc, timeout_s=300)
-        yield
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, 15)
-        proc.wait(timeout=30)
-
-
 def llama(model: Callable[[Path], Path], seats: int, context: int) -> Callable[[Path], Any]:
     @contextlib.contextmanager
     def start(folder: Path) -> Iterator[Target]:
         port = free_port()
         argv = [str(LLAMA_SERVER), "-m", str(model(folder)), "-c", str(context), "-np", str(seats)]
         argv += ["-t", "1", "--host", "127.0.0.1", "--port", str(port)]
-        with process(argv, f"http://127.0.0.1:{port}/health", "llama-server"):
+        with engine_process(argv, f"http://127.0.0.1:{port}/health", "llama-server", timeout_s=START_S):
             yield named(Target("llamacpp", f"http://127.0.0.1:{port}/v1", "", NO_KEY, False))
 
     return start
@@ -204,8 +190,11 @@ def wide_model(folder: Path) -> Path:
 def mlx(folder: Path) -> Iterator[Target]:
     port = free_port()
     argv = [str(KIT_ROOT / ".venv" / "bin" / "mlx_lm.server"), "--model", str(TINY_MODEL.parent / "hf")]
-    with process(
-        [*argv, "--host", "127.0.0.1", "--port", str(port)], f"http://127.0.0.1:{port}/health", "mlx"
+    with engine_process(
+        [*argv, "--host", "127.0.0.1", "--port", str(port)],
+        f"http://127.0.0.1:{port}/health",
+        "mlx_lm.server",
+        timeout_s=START_S,
     ):
         # mlx_lm.server reads a request's model as a path or repo (felab/engine_families/mlx.py); its
         # GET /v1/models lists the hub cache, not the model it loaded. Named by its folder, the model
