@@ -38,6 +38,8 @@ class EngineStep:
     start: float
     end: float
     parts: list[tuple[Turn, int]]
+    room: int = 0
+    """The prompt tokens it had room for (its budget, less a token for each stream decoding)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -99,8 +101,6 @@ class Loop:
         self.arrivals = itertools.count()
         self.replanned: list[Turn] = []
         """The turns the last plan placed again (their first tokens may have moved)."""
-        self.top = (-math.inf, -math.inf)
-        """The highest rank and latest ready time booked: a newcomer past both only adds to the end."""
 
     def book(self, ready: float, now: float, new: int, cached: int, rank: float | None, reply: int) -> Turn:
         """A prompt of `new` tokens after `cached`, ready at `ready` with this `rank` (its seat; None,
@@ -111,12 +111,8 @@ class Loop:
         context = reply_context(cached + new, reply)  # its prompt, and half its reply on average
         turn.reply, turn.gap = reply, self.price(Step(decodes=(context,)))
         self.span = max(self.span, (reply - 1) * turn.gap)
-        since = max(ready, now)  # a step formed before it is ready is none of its business
-        if (turn.rank, ready) >= self.top and self.steps:  # last in line: only the end moves
-            since = max(since, self.steps[-1].start)
-        self.top = (max(self.top[0], turn.rank), max(self.top[1], ready))
         self.queue.append(turn)
-        self._plan(now, since, [turn])
+        self._plan(now, self._untouched(turn, max(ready, now)), [turn])
         return turn
 
     def alone_s(self, tokens: int, cached: int = 0) -> float:
@@ -186,10 +182,25 @@ class Loop:
         """Put back a turn taken out by `withdraw`, ready at `ready_at` (its admission) with this
         `rank` (its seat), as a newcomer is booked. The turns that plan placed again."""
         turn.ready_at, turn.rank = ready_at, turn.rank if self.by_arrival else rank
-        self.top = (max(self.top[0], turn.rank), max(self.top[1], ready_at))
         self.queue.append(turn)
-        self._plan(now, max(ready_at, now), [turn])
+        self._plan(now, self._untouched(turn, max(ready_at, now)), [turn])
         return self.replanned
+
+    def _untouched(self, turn: Turn, since: float) -> float:
+        """Where a newcomer ready at `since` first changes the plan: the start of the first planned
+        step it would join (one with room, or with tokens of a turn it goes before), or of an idle
+        gap it would fill. The steps before it stay as planned (with four seats busy, a prompt
+        admitted to the last seat changes only the steps after the others' prompts)."""
+        later = list(itertools.takewhile(lambda s: s.start >= since, reversed(self.steps)))
+        end = since  # a step formed before it is ready is none of its business, but it ends first:
+        if len(later) < len(self.steps):
+            end = max(end, self.steps[-1 - len(later)].end)
+        for step in reversed(later):
+            full = sum(k for _, k in step.parts) >= step.room
+            if step.start > end or not full or any(t.rank >= turn.rank for t, _ in step.parts):
+                return step.start
+            end = step.end
+        return end
 
     def _unplan(self, since: float) -> list[Turn]:
         """Drop the planned steps that start at `since` or later; their tokens go back to their
@@ -212,12 +223,13 @@ class Loop:
         self.replanned = list(waiting.values())
         turns = [t for t in self.replanned if self._waits(t)]
         clock = max(now, self.steps[-1].end) if self.steps else now
+        running = self._running(clock)
         while turns:
             ready = sorted((t for t in turns if t.ready_at <= clock), key=lambda t: t.rank)
             if not ready:
                 clock = min(t.ready_at for t in turns)
                 continue
-            clock = self._form(ready, clock).end
+            clock = self._form(ready, clock, running).end
             turns = [t for t in turns if t.read < t.tokens]
         self.free_at = self.steps[-1].end if self.steps else min(self.free_at, now)
 
@@ -231,11 +243,12 @@ class Loop:
         turn.start = math.inf  # in no step: its start is planned
         return True
 
-    def _form(self, ready: list[Turn], clock: float) -> EngineStep:
-        """The step formed at `clock` from the turns ready, by rank: each as many tokens as fit."""
+    def _form(self, ready: list[Turn], clock: float, running: list[Stream]) -> EngineStep:
+        """The step formed at `clock` from the turns ready, by rank: each as many tokens as fit.
+        A turn whose last token it holds starts writing its reply: it joins `running`."""
         parts: list[tuple[Turn, int]] = []
-        decodes = self._decodes(clock)  # their tokens take their room first
-        room = max(self.batch_tokens - len(decodes), 1)  # (decode alone is no step here: one token)
+        decodes = _decodes(running, clock)  # their tokens take their room first
+        budget = room = max(self.batch_tokens - len(decodes), 1)  # (decode alone is no step here)
         for t in ready:
             if (k := min(room, t.tokens - t.read)) <= 0:
                 break
@@ -243,18 +256,33 @@ class Loop:
             room -= k
         pieces = tuple(Piece(k, t.cached + t.read, opens=not t.read, cached=t.cached) for t, k in parts)
         batch = Step(pieces, decodes)
-        step = EngineStep(clock, clock + self.price(batch), parts)
+        step = EngineStep(clock, clock + self.price(batch), parts, budget)
         for t, k in parts:
             t.read, t.start = t.read + k, min(t.start, clock)
             if t.read >= t.tokens:
                 t.last = step
                 self.streams[id(t)] = t
+                running.append(_stream(t))
         self.steps.append(step)
         return step
 
-    def _decodes(self, clock: float) -> tuple[int, ...]:
-        """The context of each stream writing a reply token in a step formed at `clock`: its first
-        token came and its reply is not over (the latest first tokens only: `span`)."""
+    def _running(self, clock: float) -> list[Stream]:
+        """The streams whose reply is not over by `clock` (the latest first tokens only: `span`):
+        a plan's steps start at `clock` or later, so no other stream can decode in them."""
         recent = itertools.takewhile(lambda t: t.end >= clock - self.span, reversed(self.streams.values()))
-        running = (t for t in recent if t.end <= clock < t.reply_end)
-        return tuple(reply_context(t.cached + t.tokens, t.reply) for t in running)
+        return [_stream(t) for t in recent if t.reply_end > clock]
+
+
+Stream = tuple[float, float, int]
+"""A stream writing its reply: (its first token, its last, the context its tokens attend to)."""
+
+
+def _stream(turn: Turn) -> Stream:
+    return turn.end, turn.reply_end, reply_context(turn.cached + turn.tokens, turn.reply)
+
+
+def _decodes(running: list[Stream], clock: float) -> tuple[int, ...]:
+    """The context of each stream writing a reply token in a step formed at `clock`: its first
+    token came and its reply is not over. Those over leave `running` (steps only move later)."""
+    running[:] = [s for s in running if s[1] > clock]
+    return tuple(context for first, _, context in running if first <= clock)
