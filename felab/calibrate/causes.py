@@ -1,0 +1,127 @@
+"""Why the twin missed a kind of work, read from the profile's terms (the held-out phase prints it).
+
+A miss (the twin's median more than 10% or the floor from the real server's) has one of four
+causes, tried in this order:
+
+    noise    no larger than the real server's own spread between its rounds: a second run of the
+             same work would move the real median as far, so the profile cannot be blamed;
+    count    the twin counted the prompts' tokens differently from the real server (by more than
+             3%): its tokenizer or characters-per-token ratio is off for this text, not a term;
+    waiting  most of the twin's time is spent behind other prompts' steps (the kind sends prompts
+             together): the miss is in how steps are shared (the loop, batch_slowdown), not in the
+             price of any one prompt;
+    a term   the work priced alone on an idle engine is mostly one cost term, and the miss would
+             close if that term cost so much more (or less). Where no term could close it (it would
+             have to more than double, or go below nothing) it is a mechanism the twin lacks.
+
+The prices are the registry's own (felab/mock_server/terms/): each term's coefficient from the
+profile's settings times its basis summed over the prompt's steps, so the shares add up to the
+twin's time for the work alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from felab.calibrate.probes import Sample
+from felab.mock_server import terms
+from felab.mock_server.profile import timing_of
+from felab.mock_server.step import Step, prompt_steps, reply_context
+
+COUNT_TOLERANCE = 0.03
+"""How far the two token counts may differ before the count is the cause."""
+WAITING_SHARE = 0.5
+"""The twin's median is mostly waiting when more than this share of it is not the price alone."""
+
+
+def priced_ms(sample: Sample, settings: Mapping[str, Any], per_token: bool = False) -> dict[str, float]:
+    """What the twin charges for `sample`'s work alone, ms by term (those that charge anything): its
+    prompt's steps and the request's overhead; or, `per_token`, one reply token's decode step."""
+    timing = timing_of(dict(settings))
+    if per_token:
+        steps = [Step(decodes=(reply_context(sample.prompt_tokens, sample.output_tokens),))]
+        parts: dict[str, float] = {}
+    else:
+        steps = prompt_steps(sample.uncached, sample.cached_tokens or 0, settings.get("batch_tokens"))
+        parts = {"overhead": timing.overhead_ms}
+    for term in terms.TERMS:
+        if coefficient := term.coefficient(timing):
+            parts[term.name] = 1000 * coefficient * sum(term.basis(s, timing) for s in steps)
+    return {name: ms for name, ms in parts.items() if ms}
+
+
+def median_sample(samples: list[Sample], value: Callable[[Sample], float | None]) -> Sample | None:
+    """The sample at the median of `value` (the lower middle one of an even count)."""
+    valued = sorted((v, i) for i, s in enumerate(samples) if (v := value(s)) is not None)
+    return samples[valued[(len(valued) - 1) // 2][1]] if valued else None
+
+
+def cause(
+    real: float,
+    twin: float,
+    real_itself: float | None,
+    samples: tuple[list[Sample], list[Sample]],
+    settings: Mapping[str, Any],
+    per_token: bool = False,
+) -> str:
+    """One line: why the twin's median `twin` missed the real `real` on this kind of work.
+    `samples` are the real server's and the twin's; `real_itself` the real server's spread."""
+    error = (twin - real) / real if real else 0.0
+    if real_itself is not None and abs(error) <= real_itself:
+        spread = f"the real server's own spread between rounds ({real_itself:.0%})"
+        return f"noise: {error:+.0%} is no more than {spread}"
+    counted = count_cause(*samples)
+    if counted and not per_token:
+        return counted
+    value = (lambda s: s.tpot_ms) if per_token else (lambda s: s.ttft_ms)
+    middle = median_sample(samples[1], value)
+    if middle is None:
+        return "unknown: the twin has no timed sample of this kind"
+    parts = priced_ms(middle, settings, per_token)
+    alone = sum(parts.values())
+    if not per_token and twin - alone > WAITING_SHARE * twin:
+        return waiting_cause(twin, alone, settings)
+    return term_cause(real - twin, parts, per_token)
+
+
+def count_cause(real: list[Sample], twin: list[Sample]) -> str | None:
+    """The count cause, if the twin's median prompt differs from the server's by over 3%."""
+    a = sorted(s.prompt_tokens for s in real)
+    b = sorted(s.prompt_tokens for s in twin)
+    if not a or not b or not a[len(a) // 2]:
+        return None
+    mine, theirs = b[len(b) // 2], a[len(a) // 2]
+    off = (mine - theirs) / theirs
+    if abs(off) <= COUNT_TOLERANCE:
+        return None
+    return (
+        f"count: the twin counted {abs(off):.0%} {'more' if off > 0 else 'fewer'} prompt tokens than the "
+        f"server (median {mine:,} against {theirs:,}): the profile's token count is off for this text"
+    )
+
+
+def waiting_cause(twin: float, alone: float, settings: Mapping[str, Any]) -> str:
+    """The waiting cause: the twin's median is mostly time behind other prompts' steps."""
+    slowdown = settings.get("batch_slowdown", 0.0)
+    return (
+        f"waiting: {twin - alone:.0f} of the twin's {twin:.0f} ms is waiting behind other prompts' steps "
+        f"(alone it prices the work at {alone:.0f} ms): the miss is in how steps are shared "
+        f"(batch_tokens {settings.get('batch_tokens')}, batch_slowdown {slowdown})"
+    )
+
+
+def term_cause(gap: float, parts: dict[str, float], per_token: bool) -> str:
+    """The term cause: the term that prices most of the work, and how much it would have to move."""
+    alone = sum(parts.values())
+    top = max(parts, key=lambda k: parts[k])
+    change = gap / parts[top] if parts[top] else float("inf")
+    unit = "a reply token" if per_token else "the work alone"
+    mix = ", ".join(f"{k} {v / alone:.0%}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1]) if v)
+    priced = f"the twin prices {unit} at {alone:.1f} ms ({mix})"
+    if -1 < change <= 1:
+        return f"term {top}: {priced}; the miss closes if {top} costs {change:+.0%}"
+    return (
+        f"mechanism: {priced}; {top} would have to cost {change:+.0%} to close it: no one term can, the "
+        f"server does something here the twin does not model"
+    )

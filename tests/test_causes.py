@@ -1,0 +1,81 @@
+"""Why the twin missed (felab/calibrate/causes.py): each cause on hand-worked numbers.
+
+A profile of 2 ms overhead and 10,000 prompt tokens a second prices a cold prompt of 2,000
+tokens at 2 + 200 = 202 ms; with 10 ns of attention per token pair, 2,000 · (0 + 1,000) pairs
+add 20 ms. Each test puts the real and twin medians where one cause, and only it, fits.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from felab.calibrate.causes import cause, median_sample, priced_ms
+from felab.calibrate.probes import Sample
+
+PROFILE = {"overhead_ms": 2.0, "prefill_tps": 10_000.0, "decode_tps": 500.0}
+
+
+def cold(tokens: int, ttft: float, cached: int = 0) -> Sample:
+    return Sample(chars=4 * tokens, prompt_tokens=tokens, cached_tokens=cached, ttft_ms=ttft, output_tokens=1)
+
+
+def test_a_cold_prompt_is_priced_by_its_terms() -> None:
+    assert priced_ms(cold(2_000, 0), PROFILE) == pytest.approx({"overhead": 2.0, "prefill_rate": 200.0})
+    with_attention = priced_ms(cold(2_000, 0), PROFILE | {"prefill_attention_ns": 10.0})
+    assert with_attention["attention"] == pytest.approx(20.0)
+
+
+def test_a_long_prompt_is_priced_over_all_its_steps() -> None:
+    """In steps of 512 the attention pairs are the same as in one step: Σ u·(c + u/2) per piece."""
+    split = priced_ms(cold(2_048, 0), PROFILE | {"prefill_attention_ns": 10.0, "batch_tokens": 512})
+    assert split["attention"] == pytest.approx(10e-6 * 2_048 * 1_024)
+
+
+def test_a_miss_within_the_servers_own_spread_is_noise() -> None:
+    said = cause(250.0, 202.0, 0.25, ([cold(2_000, 250)], [cold(2_000, 202)]), PROFILE)
+    assert said.startswith("noise: -19% is no more than the real server's own spread")
+
+
+def test_a_token_count_off_by_more_than_3_percent_is_the_cause() -> None:
+    said = cause(250.0, 184.0, 0.05, ([cold(2_000, 250)], [cold(1_820, 184)]), PROFILE)
+    assert said.startswith(
+        "count: the twin counted 9% fewer prompt tokens than the server (median 1,820 against 2,000)"
+    )
+
+
+def test_a_miss_one_term_can_close_names_the_term_and_how_far() -> None:
+    said = cause(302.0, 202.0, 0.05, ([cold(2_000, 302)], [cold(2_000, 202)]), PROFILE)
+    assert said.startswith("term prefill_rate: the twin prices the work alone at 202.0 ms")
+    assert said.endswith("the miss closes if prefill_rate costs +50%")
+
+
+def test_a_miss_no_term_can_close_is_a_mechanism() -> None:
+    said = cause(700.0, 202.0, None, ([cold(2_000, 700)], [cold(2_000, 202)]), PROFILE)
+    assert said.startswith("mechanism:")
+    assert "prefill_rate would have to cost +249%" in said
+
+
+def test_a_twin_mostly_waiting_blames_how_steps_are_shared() -> None:
+    said = cause(
+        900.0, 600.0, 0.05, ([cold(2_000, 900)], [cold(2_000, 600)]), PROFILE | {"batch_tokens": 2048}
+    )
+    assert said.startswith("waiting: 398 of the twin's 600 ms is waiting behind other prompts' steps")
+    assert "batch_tokens 2048" in said
+
+
+def test_a_token_gap_is_priced_by_the_decode_terms() -> None:
+    """500 tokens a second: 2 ms a reply token; the real server's 3 ms is the decode rate +50%."""
+    reply = Sample(
+        chars=400, prompt_tokens=100, cached_tokens=0, ttft_ms=10, output_tokens=3, itl_ms=[2, 2], total_ms=14
+    )
+    real = Sample(
+        chars=400, prompt_tokens=100, cached_tokens=0, ttft_ms=10, output_tokens=3, itl_ms=[3, 3], total_ms=16
+    )
+    said = cause(3.0, 2.0, 0.0, ([real], [reply]), PROFILE, per_token=True)
+    assert said.startswith("term decode_rate: the twin prices a reply token at 2.0 ms (decode_rate 100%)")
+    assert said.endswith("decode_rate costs +50%")
+
+
+def test_the_median_sample_is_the_middle_one() -> None:
+    samples = [cold(100, t) for t in (30.0, 10.0, 20.0, 40.0)]
+    assert median_sample(samples, lambda s: s.ttft_ms) is samples[2]  # 20 ms: the lower middle
