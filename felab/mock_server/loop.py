@@ -225,13 +225,17 @@ class Loop:
         clock = max(now, self.steps[-1].end) if self.steps else now
         running = self._running(clock)
         while turns:
-            ready = sorted((t for t in turns if t.ready_at <= clock), key=lambda t: t.rank)
-            if not ready:
-                clock = min(t.ready_at for t in turns)
-                continue
-            clock = self._form(ready, clock, running).end
+            clock = self._next(turns, clock, running)
             turns = [t for t in turns if t.read < t.tokens]
         self.free_at = self.steps[-1].end if self.steps else min(self.free_at, now)
+
+    def _next(self, turns: list[Turn], clock: float, running: list[Stream]) -> float:
+        """Form the step at `clock` from the turns ready by then, and return its end; with none
+        ready, form nothing and return when the first of them is."""
+        ready = sorted((t for t in turns if t.ready_at <= clock), key=lambda t: t.rank)
+        if not ready:
+            return min(t.ready_at for t in turns)
+        return self._form(ready, clock, running).end
 
     def _waits(self, turn: Turn) -> bool:
         """Whether `turn` has tokens to plan; one all of whose tokens are in steps kept gets the
