@@ -364,3 +364,21 @@ def test_a_few_replies_without_text_early_do_not_stop_calibrate() -> None:
     p.answered, p.ended_at_once = 9, EMPTY_JUDGED_AFTER - 9
     with pytest.raises(FelabError, match="they outnumber the replies with text"):
         p._stop_if_mostly_empty()
+
+
+def test_replies_sent_together_decode_together_only_as_far_as_the_server_has_seats() -> None:
+    """4 replies sent at once to llama-server -np 1 take turns in its one seat: each gap is a step
+    of one stream. Taken for steps of 4 streams, the 4 short-context gaps priced the decode rate
+    at under a tenth of its time (a model the kit did not make, 2026-12-06: 0.03 ms, not 0.27)."""
+
+    def reply() -> Sample:
+        return Sample(240, 60, 0, 10.0, 48, itl_ms=[0.4] * 47, total_ms=10.0 + 0.4 * 47)
+
+    def streams_in(seats: int | None) -> list[int]:
+        m = Measurements(ServerFacts("llama.cpp", seats=seats), reply())
+        m.decode = {1: [reply()], 4: [reply() for _ in range(4)]}
+        return [len(o.steps[0].decodes) for o in prof.observations(m) if not o.overhead]
+
+    assert streams_in(1) == [1, 1, 1, 1, 1]
+    assert streams_in(2) == [1, 2, 2, 2, 2]
+    assert streams_in(None) == [1, 4, 4, 4, 4]  # no seats (MLX, vLLM): all 4 at once

@@ -95,7 +95,7 @@ def announce(
     """Say what will be sent, and how long it takes; on a paid target, ask first (or take --yes).
     `requests` holds the `spare` ones, sent only to replace replies that carry no text."""
     seats = (
-        f", {facts.seats} seats of {facts.seat_context:,} tokens"
+        f", {facts.seats} seat{'s' if facts.seats > 1 else ''} of {facts.seat_context:,} tokens"
         if facts.seats and facts.seat_context
         else ""
     )

@@ -109,7 +109,10 @@ def gap(s: Sample, streams: int) -> fit.Observation | None:
 def observations(m: Measurements, half: int | None = None) -> list[fit.Observation]:
     """What the fit reads: the cold prompts (each length's repeats as one observation, their median),
     each opening sent again with new text after it, the rows probe's calls, and the replies' times
-    per token (1 to 4 streams at once, and the follow-ups' after a long opening). Not the first
+    per token (1 to 4 streams at once, and the follow-ups' after a long opening). Streams sent at
+    once decode at once only as far as the server has seats: on llama-server -np 1, the 4 replies
+    sent together are 4 replies of one stream each, and a fit that took them for one step of 4
+    streams priced a stream's step at under a tenth of its time (docs/runs, 2026-12-06). Not the first
     call, nor an opening's cold call: a long prompt measured once can be caught by a busy moment
     and bend the cold curve, which the cold repeats give. `half` 0 or 1: that half of them, for
     the held-out error (each length's repeats alternately, or the lengths, where each was sent
@@ -121,7 +124,9 @@ def observations(m: Measurements, half: int | None = None) -> list[fit.Observati
     rows = [s for s in m.rows if s.cached_tokens is not None]
     prompts = [alone(s) for s in [*warm, *rows]]
     replies = [s for o in m.openings for s in o.warm if s.output_tokens >= FOLLOW_UP_MAX_TOKENS // 2]
-    gaps = [gap(s, k) for k, got in m.decode.items() for s in got] + [gap(s, 1) for s in replies]
+    seats = m.facts.seats if m.facts is not None else None  # k streams sent at once decode k at
+    gaps = [gap(s, min(k, seats or k)) for k, got in m.decode.items() for s in got]  # once if seated
+    gaps += [gap(s, 1) for s in replies]
     rest = prompts + [g for g in gaps if g is not None]
     return cold_lengths(groups) + (rest if half is None else rest[half::2])
 

@@ -60,7 +60,7 @@ def fit_context(target: Target, over: Overflow, request_chars: int) -> str:
             f"`{start} {seat} 1` (one). Then run this again."
         )
     total = have * seats
-    said += f": this one runs {seats} seats of {have:,} ({total:,} in all)."
+    said += f": this one runs {seats} seat{'s' if seats > 1 else ''} of {have:,} ({total:,} in all)."
     more = (
         f"{said} Stop it (Ctrl+C in its terminal) and start it with seats of {seat:,}: "
         f"`{start} {seat * seats} {seats}` ({seats} seats; llama-server flags -c {seat * seats} -np {seats})"

@@ -199,7 +199,8 @@ def describe(s: Settings) -> str:
     if s.replicas > 1:
         words.append(f"{s.replicas} replicas, route {s.route}")
     if s.seats is not None:  # llama.cpp's split: the learner should see each seat's context
-        words.append(f"{s.seats} seats of {s.context_tokens // s.seats:,} tokens ({s.cache_mode} cache)")
+        seats = f"{s.seats} seat{'s' if s.seats > 1 else ''}"
+        words.append(f"{seats} of {s.context_tokens // s.seats:,} tokens ({s.cache_mode} cache)")
     if s.cache_ttl_s:
         words.append(f"cache TTL {s.cache_ttl_s:g} s")
     if s.tokenizer is not None or s.chars_per_token != D.chars_per_token:
