@@ -79,3 +79,10 @@ def test_a_token_gap_is_priced_by_the_decode_terms() -> None:
 def test_the_median_sample_is_the_middle_one() -> None:
     samples = [cold(100, t) for t in (30.0, 10.0, 20.0, 40.0)]
     assert median_sample(samples, lambda s: s.ttft_ms) is samples[2]  # 20 ms: the lower middle
+
+
+def test_a_term_miss_far_beyond_calibrates_own_fit_is_said_to_be_about_the_work() -> None:
+    samples = ([cold(2_000, 302)], [cold(2_000, 202)])
+    said = cause(302.0, 202.0, 0.05, samples, PROFILE, fitted_pct=4.0)  # -33%: over 3 x 4%
+    assert "yet the same terms fitted calibrate's own cold prompts within 4% (median)" in said
+    assert "yet" not in cause(222.0, 202.0, 0.01, samples, PROFILE, fitted_pct=4.0)  # -9%: under 12%

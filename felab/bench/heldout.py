@@ -58,6 +58,7 @@ from felab.calibrate.probes import Prober, Sample
 from felab.connect import client, served_model
 from felab.errors import FelabError
 from felab.mock_server.launch import free_port, practice_server
+from felab.mock_server.profile import load as load_profile
 from felab.mock_server.profile import read_settings
 from felab.paths import KIT_ROOT
 from felab.targets import NO_KEY, Target
@@ -279,7 +280,8 @@ def run_case(case: Case, folder: Path, rounds: int, biggest: int) -> tuple[list[
     met = sum(r.within for r in table)
     print(f"{case.name}: {met} of {len(table)} kinds within target")
     settings = read_settings(profile)
-    said = {r.kind: why(r, got, settings) for r in table if not r.within}
+    fitted = load_profile(profile).get("fit", {}).get("ttft_residual_median_pct")
+    said = {r.kind: why(r, got, settings, fitted) for r in table if not r.within}
     for kind, line in said.items():
         print(f"  why {kind}: {line}")
     if said:
@@ -288,10 +290,15 @@ def run_case(case: Case, folder: Path, rounds: int, biggest: int) -> tuple[list[
     return table, said
 
 
-def why(row: card.Row, got: tuple[card.Rounds, card.Rounds], settings: dict[str, Any]) -> str:
+def why(
+    row: card.Row, got: tuple[card.Rounds, card.Rounds], settings: dict[str, Any], fitted: float | None
+) -> str:
     """The cause of one missed kind, from the profile's terms (felab/calibrate/causes.py)."""
     real, twin = (card.pooled(r).get(row.kind, []) for r in got)
-    return causes.cause(row.real_p50, row.twin_p50, row.real_itself, (real, twin), settings, row.kind == TPOT)
+    per_token = row.kind == TPOT
+    return causes.cause(
+        row.real_p50, row.twin_p50, row.real_itself, (real, twin), settings, per_token, fitted
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,7 +12,9 @@ causes, tried in this order:
              price of any one prompt;
     a term   the work priced alone on an idle engine is mostly one cost term, and the miss would
              close if that term cost so much more (or less). Where no term could close it (it would
-             have to more than double, or go below nothing) it is a mechanism the twin lacks.
+             have to more than double, or go below nothing) it is a mechanism the twin lacks. A
+             miss over 3 times calibrate's own median residual is said to be about the work (what
+             ran before it) more than the term: the same terms fitted calibrate's prompts.
 
 The prices are the registry's own (felab/mock_server/terms/): each term's coefficient from the
 profile's settings times its basis summed over the prompt's steps, so the shares add up to the
@@ -64,9 +66,11 @@ def cause(
     samples: tuple[list[Sample], list[Sample]],
     settings: Mapping[str, Any],
     per_token: bool = False,
+    fitted_pct: float | None = None,
 ) -> str:
     """One line: why the twin's median `twin` missed the real `real` on this kind of work.
-    `samples` are the real server's and the twin's; `real_itself` the real server's spread."""
+    `samples` are the real server's and the twin's; `real_itself` the real server's spread;
+    `fitted_pct` how far calibrate's fit missed its own cold prompts (the median, %)."""
     error = (twin - real) / real if real else 0.0
     if real_itself is not None and abs(error) <= real_itself:
         spread = f"the real server's own spread between rounds ({real_itself:.0%})"
@@ -82,7 +86,14 @@ def cause(
     alone = sum(parts.values())
     if not per_token and twin - alone > WAITING_SHARE * twin:
         return waiting_cause(twin, alone, settings)
-    return term_cause(real - twin, parts, per_token)
+    said = term_cause(real - twin, parts, per_token)
+    if fitted_pct is not None and not per_token and 100 * abs(error) > 3 * max(fitted_pct, 1.0):
+        said += (
+            f"; yet the same terms fitted calibrate's own cold prompts within {fitted_pct:g}% (median): "
+            f"this work differs from calibrate's (what ran on the seat before it, the machine's load) "
+            f"more than the term is off"
+        )
+    return said
 
 
 def count_cause(real: list[Sample], twin: list[Sample]) -> str | None:

@@ -179,16 +179,9 @@ class PracticeModel:
         self.now = max(self.now, now)
         if self.hung_up:  # bounded by what is in flight, also when nobody hangs up again
             self.forget_hung_up(now)
-        for index, parked in self.parked.items():  # it comes after every request waiting: each is
-            if parked:  # planned first, so that the time this one is booked is known now
-                self.on_moved(self._catch_up(self.fleet.replicas[index], now, everyone=True))
+        self._plan_parked(now)
         replica = self.fleet.pick(prompt.tokens, prompt.keys, prompt.session, now, ready)
-        seat, admission, reused, restore_s = None, ready, 0, 0.0
-        if replica.seats is not None:  # it waits for a seat first (seats.py)
-            seat, admission, reused = replica.seats.admit(ready, prompt.keys)
-            if replica.seats.host is not None:  # a prompt saved in host memory may come back
-                reused, restore_s = self._restore(replica, seat, admission, prompt.keys, reused)
-                admission += restore_s
+        seat, admission, reused, restore_s = self._seat(replica, prompt, ready)
         cached = prompt.tokens - self._uncached(replica, prompt, reused, now)
         uncached = prompt.tokens - cached
         rank = None if seat is None or replica.seats is None else replica.seats.seats.index(seat)
@@ -213,6 +206,25 @@ class PracticeModel:
         replica.hold(prompt.tokens + reply_tokens, arrival)
         replica.stats.admit(prompt.tokens, cached)
         return b
+
+    def _plan_parked(self, now: float) -> None:
+        """Plan every request parked for a seat: one booked now comes after each of them, so they
+        are planned first, and the time it is booked is known now."""
+        for index, parked in self.parked.items():
+            if parked:
+                self.on_moved(self._catch_up(self.fleet.replicas[index], now, everyone=True))
+
+    def _seat(self, replica: Replica, prompt: Prompt, ready: float) -> tuple[Seat | None, float, int, float]:
+        """The seat a prompt ready at `ready` waits for (seats.py; None: the replica has no seats),
+        when it is admitted, the cache blocks the seat holds of it, and the seconds to copy back
+        the prompt saved in host memory that it shares most with, paid before its prefill."""
+        if replica.seats is None:
+            return None, ready, 0, 0.0
+        seat, admission, reused = replica.seats.admit(ready, prompt.keys)
+        if replica.seats.host is None:
+            return seat, admission, reused, 0.0
+        reused, restore_s = self._restore(replica, seat, admission, prompt.keys, reused)
+        return seat, admission + restore_s, reused, restore_s
 
     def _restore(
         self, replica: Replica, seat: Seat, admission: float, keys: Sequence[int], reused: int
@@ -297,19 +309,31 @@ class PracticeModel:
         """
         self.now = max(self.now, now)
         replica, gave_back = booking.replica, False
-        parked = self.parked.get(replica.index, {})
-        unplanned = booking.rid in parked  # waiting for a seat, parked: not in the lane
-        if unplanned and self._relied_on(booking):  # planned first, as any prompt others rely on
-            self._catch_up(replica, now, through=booking)
-            unplanned = False
-        if unplanned:
-            del parked[booking.rid]
+        unplanned = self._unpark(booking, now)
         self.finish(booking, now)
         stopped = isinstance(replica.lane, Loop) and replica.lane.stop(booking.prefill, now)
         if booking.prefill.end > now:  # still prefilling or waiting: give its lane time back
             gave_back = self._give_back(booking, unplanned, now)
             if unplanned and not gave_back:
                 return False  # nothing planned moved
+        return self._move_up(replica, gave_back or stopped, now)
+
+    def _unpark(self, booking: Booking, now: float) -> bool:
+        """Whether a hung-up `booking` was parked (waiting for a seat: not in the lane); it leaves
+        the parked. One that a live prompt relies on is planned first, as any such prompt is, and
+        so was not parked after all."""
+        parked = self.parked.get(booking.replica.index, {})
+        if booking.rid not in parked:
+            return False
+        if self._relied_on(booking):
+            self._catch_up(booking.replica, now, through=booking)
+            return False
+        del parked[booking.rid]
+        return True
+
+    def _move_up(self, replica: Replica, gave_back: bool, now: float) -> bool:
+        """After a hang-up on `replica` (that gave lane time back, or not): the requests behind it
+        move up, and their waiters are told. True if any moved."""
         if replica.seats is not None and isinstance(replica.lane, Loop):  # only what it moved
             moved = self._readmit(replica, now)
             self.on_moved(moved)
@@ -317,7 +341,7 @@ class PracticeModel:
         if replica.seats is not None:  # its seat is free: those waiting for one move up
             moved_up = bool(self._reseat(replica, now))
         else:
-            moved_up = bool((gave_back or stopped) and replica.lane.reflow(now))
+            moved_up = bool(gave_back and replica.lane.reflow(now))
         if moved_up:
             self.on_moved([b for b in self.live.values() if b.replica is replica])
         return moved_up
@@ -383,28 +407,40 @@ class PracticeModel:
         its batches planned, seeing the ones admitted before it, so that no seat holds two at once.
         """
         assert replica.seats is not None and isinstance(replica.lane, Loop)
-        parked = self.parked.get(replica.index, {})
         planned = self.planned.setdefault(replica.index, {})
         mine = list(planned.values())
         was = {b.rid: b.first_token_at for b in mine}
         waiting = [b for b in mine if b.prefill.ready_at >= now]  # not admitted by now
         replica.lane.withdraw([b.prefill for b in waiting if isinstance(b.prefill, Turn)], now)
+        self._free_seats(replica, mine, now)
+        self._park(replica, waiting)
+        moved = self._catch_up(replica, now, everyone=everyone)
+        return moved + _sooner(mine, was, besides={b.rid for b in moved})
+
+    def _park(self, replica: Replica, waiting: list[Booking]) -> None:
+        """Take the requests `waiting` for a seat out of the plan: parked, ahead of those parked
+        already (booked before them)."""
+        if not waiting:
+            return
+        self.parked[replica.index] = {**{b.rid: b for b in waiting}, **self.parked.get(replica.index, {})}
+        for b in waiting:
+            del self.planned[replica.index][b.rid]
+
+    @staticmethod
+    def _free_seats(replica: Replica, planned: list[Booking], now: float) -> None:
+        """Each seat of `replica` is free now, unless one of the `planned` requests admitted by
+        now holds it: then when the last of them to end its reply does (not one waiting: it is
+        admitted again, or parked)."""
+        assert replica.seats is not None
         held: dict[int, Booking] = {}  # seat -> the request admitted to it (the last, if several)
-        for b in (b for b in mine if b.seat is not None and b.prefill.ready_at < now):
+        for b in (b for b in planned if b.seat is not None and b.prefill.ready_at < now):
             if id(b.seat) not in held or b.reply_end > held[id(b.seat)].reply_end:
                 held[id(b.seat)] = b
-        for seat in replica.seats.seats:  # free now, unless a request admitted already holds it
+        for seat in replica.seats.seats:
             holder = held.get(id(seat))
             seat.free_at = min(seat.free_at, now) if holder is None else max(now, holder.reply_end)
-            seat.holder = holder  # (not one waiting: it is admitted again, or parked)
+            seat.holder = holder
         replica.seats.last_admission = min(replica.seats.last_admission, now)
-        if waiting:  # parked, ahead of those parked already (booked before them)
-            self.parked[replica.index] = {**{b.rid: b for b in waiting}, **parked}
-            for b in waiting:
-                del planned[b.rid]
-        moved = self._catch_up(replica, now, everyone=everyone)
-        fresh = {b.rid for b in moved}
-        return moved + [b for b in mine if b.rid not in fresh and b.first_token_at < was[b.rid]]
 
     def _catch_up(
         self, replica: Replica, now: float, through: Booking | None = None, everyone: bool = False
@@ -412,28 +448,33 @@ class PracticeModel:
         """Admit the parked requests of `replica` in order while a seat is free by `now` (or up to
         `through`, or `everyone`); each is planned as a newcomer is booked. The
         bookings whose times moved: those admitted, and those whose batches they joined."""
-        parked, seats, lane = self.parked.get(replica.index), replica.seats, replica.lane
+        parked, seats = self.parked.get(replica.index), replica.seats
         moved: dict[str, Booking] = {}
-        while parked and seats is not None and isinstance(lane, Loop):
+        by_seats = through is None and not everyone  # each only once a seat is free for it
+        while parked and seats is not None and isinstance(replica.lane, Loop):
             b = next(iter(parked.values()))
-            if min(s.free_at for s in seats.seats) > now and through is None and not everyone:
+            if by_seats and min(s.free_at for s in seats.seats) > now:
                 break  # no seat free yet: the reply's end (or hang-up) that frees one admits it
-            seat, at, _ = seats.admit(b.ready, b.keys)  # (maybe later: its overhead, the one before)
-            at += b.restore_s  # the cache match it was booked with stays, and its copy's cost
-            del parked[b.rid]
-            self.planned.setdefault(replica.index, {})[b.rid] = b
-            assert isinstance(b.prefill, Turn)
-            replanned = lane.rejoin(b.prefill, at, seats.seats.index(seat), now)
-            b.seat = seat  # (the cache match it was booked with stays)
-            seats.hold(seat, at, b.reply_end, b.keys, b)
-            behind = [
-                t.holder for t in replanned if isinstance(t.holder, Booking) and t.holder.rid in self.live
-            ]
-            self._rehold([x for x in behind if x.seat is not None and x.seat.holder is x])
-            moved.update((x.rid, x) for x in [b, *behind])
+            moved.update((x.rid, x) for x in self._admit(replica, b, now))
             if b is through:
                 break
         return list(moved.values())
+
+    def _admit(self, replica: Replica, b: Booking, now: float) -> list[Booking]:
+        """Admit the parked `b` to the seat free first, and plan it as a newcomer is booked. It,
+        and the bookings whose batches it joined (their first tokens, and seats, move)."""
+        seats, lane = replica.seats, replica.lane
+        assert seats is not None and isinstance(lane, Loop) and isinstance(b.prefill, Turn)
+        seat, at, _ = seats.admit(b.ready, b.keys)  # (maybe later: its overhead, the one before)
+        at += b.restore_s  # the cache match it was booked with stays, and its copy's cost
+        del self.parked[replica.index][b.rid]
+        self.planned.setdefault(replica.index, {})[b.rid] = b
+        replanned = lane.rejoin(b.prefill, at, seats.seats.index(seat), now)
+        b.seat = seat  # (the cache match it was booked with stays)
+        seats.hold(seat, at, b.reply_end, b.keys, b)
+        behind = [t.holder for t in replanned if isinstance(t.holder, Booking) and t.holder.rid in self.live]
+        self._rehold([x for x in behind if x.seat is not None and x.seat.holder is x])
+        return [b, *behind]
 
     def _relied_on(self, booking: Booking) -> bool:
         """Whether a live prompt booked after it found any of its blocks in the cache."""
@@ -502,3 +543,9 @@ class PracticeModel:
         for c in caches:
             c.clear()
         return dropped
+
+
+def _sooner(bookings: list[Booking], was: dict[str, float], besides: set[str]) -> list[Booking]:
+    """The `bookings` (but those whose ids are in `besides`) whose first token comes sooner than
+    it `was` (by request id) before."""
+    return [b for b in bookings if b.rid not in besides and b.first_token_at < was[b.rid]]
