@@ -15,6 +15,8 @@ and warm caches never land in another's figures. Read it in this order:
                   a parallel sweep, hostile input
     hangups.py    a hang-up storm: queued clients of a llama.cpp-like twin hang up; server CPU, /health
     calibrate.py  calibrate and check a practice server with known settings, then llama.cpp
+    heldout.py    the twin on work nobody tuned it on, in every engine case built: each kind's
+                  error against the real server, and why each miss happened
     __main__.py   the runner: `PHASES` below, in order
 
 A phase is one line of `PHASES`: its module here, the flags for `make bench`, and the flags

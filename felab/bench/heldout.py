@@ -23,7 +23,8 @@ the target is within 10%, or 5 ms (0.5 ms for a token gap). The cases (each need
             make tiny-model)
     np1     the same, 1 seat of 8,192
     wide    a model 3x wider and 2x deeper (384 wide, 4 layers; written here), 2 seats, one thread
-    other   a tiny model the kit did not make: its GGUF named by --other-model (another tokenizer)
+    other   a tiny model the kit did not make: its GGUF named by --other-model, or in `make bench`
+            by FELAB_OTHER_MODEL (make bench FELAB_OTHER_MODEL=/path/to/model.gguf)
     mlx     mlx_lm.server on CPU with the kit's tiny model (make engines)
 
 Each kind that misses gets a line saying why, read from the profile's terms
@@ -38,6 +39,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import os
 import random
 import subprocess
 import sys
@@ -60,7 +62,7 @@ from felab.errors import FelabError
 from felab.mock_server.launch import free_port, practice_server
 from felab.mock_server.profile import load as load_profile
 from felab.mock_server.profile import read_settings
-from felab.paths import KIT_ROOT
+from felab.paths import KIT_ROOT, learner_folder
 from felab.targets import NO_KEY, Target
 
 COLD_SHARES = (0.18, 0.35, 0.52, 0.7)
@@ -219,7 +221,11 @@ def need_llama() -> str | None:
 
 def need_other() -> str | None:
     if not OTHER_MODEL or not OTHER_MODEL[0].is_file():
-        return "no --other-model GGUF (a tiny model the kit did not make) was named"
+        named = f" ({OTHER_MODEL[0]} is not a file)" if OTHER_MODEL else ""
+        return (
+            f"no GGUF of a tiny model the kit did not make{named}: name one with "
+            f"make bench {OTHER_ENV}=/path/to/model.gguf (or --other-model here)"
+        )
     return need_llama()
 
 
@@ -233,6 +239,7 @@ def tiny_model(folder: Path) -> Path:
     return TINY_MODEL
 
 
+OTHER_ENV = "FELAB_OTHER_MODEL"
 OTHER_MODEL: list[Path] = []
 """The GGUF of a model the kit did not make (--other-model), if one was named."""
 
@@ -306,9 +313,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--case", action="append", choices=[c.name for c in CASES], help="only this case")
     ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"rounds on each server [{ROUNDS}]")
     ap.add_argument("--tiny", action="store_true", help="a practice server as the real one, 1 round, short")
-    ap.add_argument("--other-model", type=Path, help="the GGUF of a model the kit did not make (case other)")
+    ap.add_argument(
+        "--other-model",
+        type=Path,
+        default=os.environ.get(OTHER_ENV) or None,
+        help=f"the GGUF of a model the kit did not make (case other) [default: ${OTHER_ENV}]",
+    )
     args = ap.parse_args(argv)
-    OTHER_MODEL[:] = [args.other_model] if args.other_model else []
+    OTHER_MODEL[:] = [learner_folder() / args.other_model] if args.other_model else []  # (absolute: as is)
     cases = [TINY] if args.tiny else [c for c in CASES if not args.case or c.name in args.case]
     rounds, biggest = (1, 1_500) if args.tiny else (args.rounds, 6_000)
     summary = []
