@@ -85,6 +85,27 @@ def test_the_held_out_phase_runs_every_kind_of_work_on_both_servers_and_sums_up_
     assert summary[0] == "known" and summary[2] == "of" and summary[3] == "10", out[-1500:]
 
 
+def test_the_model_the_kit_did_not_make_is_named_from_make_and_a_missing_one_says_how(tmp_path) -> None:
+    # `make bench FELAB_OTHER_MODEL=other.gguf`, typed in 03-labs/: the phase runs in the kit's
+    # folder, so the relative path is read from the folder typed in (FELAB_CALLER_DIR). Here the
+    # file is not there: the case is left out, naming the path it looked at and how to name one.
+    env = {**os.environ, "FELAB_OTHER_MODEL": "other.gguf", "FELAB_CALLER_DIR": str(tmp_path)}
+    run = subprocess.run(
+        [sys.executable, "-m", "felab.bench.heldout", "--case", "other"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=KIT_ROOT,
+        env=env,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (
+        f"left out: no GGUF of a tiny model the kit did not make ({tmp_path / 'other.gguf'} is not a file)"
+        in run.stdout
+    )
+    assert "make bench FELAB_OTHER_MODEL=/path/to/model.gguf" in run.stdout
+
+
 def test_the_floor_server_answers_as_the_bench_expects() -> None:
     # The floor is a server of its own (floor.py): one SSE chunk with text, the prediction in a header.
 
