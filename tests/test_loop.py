@@ -153,3 +153,35 @@ def test_the_vllm_policy_takes_prompts_by_arrival() -> None:
         [("d", 1760)],
     ]
     assert [x.first_token_at for x in (a, b, c, d)] == pytest.approx([0.9196608, 1.5154368, 2.45088, 3.0])
+
+
+def test_with_prefill_first_a_first_token_waits_for_the_prompts_that_came_during_its_prefill() -> None:
+    # mlx_lm.server (--step-policy mlx): every prompt waiting is read before the step that writes
+    # reply tokens. a (1,000 tokens) comes at 0; b (1,000) 2 ms later, during a's step; c (500)
+    # at 1 s, after both first tokens, when nothing is being read.
+    #  step 1 at 0:      a 1,000 (after 0): 0.1 + 100e-9·1,000·500 = 0.15    -> 0.15
+    #  step 2 at 0.15:   b 1,000 (b came at 0.002, so it was waiting)  0.15    -> 0.30: a's and b's
+    #  step 3 at 1.0:    c 500: 0.05 + 100e-9·500·250 = 0.0625                -> 1.0625: c's alone
+    # By seat (llamacpp, no seats: by arrival too), a's first token is its own step's end, 0.15.
+    firsts = {}
+    for policy in ("mlx", "llamacpp"):
+        m = model(step_policy=policy, block_tokens=16)
+        a = m.book(prompt(1000, 0), 1, 0.0, 0.0)
+        b = m.book(prompt(1000, 1), 1, 0.002, 0.002)
+        c = m.book(prompt(500, 2), 1, 1.0, 1.0)
+        firsts[policy] = [x.first_token_at for x in (a, b, c)]
+    assert firsts["mlx"] == pytest.approx([0.30, 0.30, 1.0625])
+    assert firsts["llamacpp"] == pytest.approx([0.15, 0.30, 1.0625])
+
+
+def test_with_prefill_first_a_hang_up_in_the_chain_brings_the_first_tokens_before_it_back() -> None:
+    # The same a and b; b hangs up at 0.1, before its step: a's first token is its own step's
+    # end again (0.15), and the booking core is told it moved (its waiter wakes sooner).
+    m = model(step_policy="mlx", block_tokens=16)
+    moved: list[Booking] = []
+    m.on_moved = moved.extend
+    a = m.book(prompt(1000, 0), 1, 0.0, 0.0)
+    b = m.book(prompt(1000, 1), 1, 0.002, 0.002)
+    assert a.first_token_at == pytest.approx(0.30)
+    assert m.cancel(b, now=0.1) and a in moved
+    assert a.first_token_at == pytest.approx(0.15)

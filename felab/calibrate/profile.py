@@ -154,15 +154,23 @@ def twin_rounds(
 ) -> list[list[float]]:
     """Each round's TTFTs (ms, sorted) as the twin books them: its prompts (their uncached tokens,
     their replies) sent at once to a fresh practice-server model with these settings,
-    `batch_tokens` `batch` and `batch_slowdown` `slowdown`, the practice server's own delivery
-    time added back."""
-    s = dataclasses.replace(DEFAULTS, **{**settings, "batch_tokens": batch, "batch_slowdown": slowdown})
+    `batch_tokens` `batch` and `batch_slowdown` `slowdown` (MLX's, every prompt waiting at once:
+    its step policy too), the practice server's own delivery time added back."""
+    more = {"batch_tokens": batch, "batch_slowdown": slowdown, **step_policy(batch)}
+    s = dataclasses.replace(DEFAULTS, **{**settings, **more})
     out = []
     for r in rounds:
         model = PracticeModel(s)
         got = [model.book(Prompt(x.uncached, ()), max(x.output_tokens, 1), 0.0, 0.0) for x in r]
         out.append(sorted(delivery_ms + 1000 * b.ttft_s for b in got))
     return out
+
+
+def step_policy(batch: int | None) -> dict[str, str]:
+    """The step policy that goes with a batch size: MLX's batches (every prompt waiting read at
+    once) read every prompt waiting before a step writes reply tokens (loop.py, POLICIES: mlx);
+    a step of a size is llama.cpp's (the default)."""
+    return {"step_policy": "mlx"} if batch == fit.ALL_AT_ONCE else {}
 
 
 def pushed_finding(m: Measurements) -> fit.HostFinding | None:
@@ -228,6 +236,7 @@ def build(
     settings["batch_tokens"] = "none" if batch is None else batch  # TOML has no null: the flag's word
     if batch is not None:
         settings["batch_slowdown"] = shared.slowdown
+    settings |= step_policy(batch)
 
     rates = fit.structure(found.ubatch_tokens, found.tile_tokens)
     residuals = [abs(r) for r in residuals_pct(cold_lengths([g for g in m.cold if g]), found, rates)]

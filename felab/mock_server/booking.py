@@ -153,7 +153,8 @@ class PracticeModel:
                     r.seats.host = HostCache(settings.host_cache_tokens // settings.block_tokens)
         if settings.batch_tokens is not None:  # first tokens at the ends of engine steps (loop.py)
             for r in self.fleet.replicas:
-                r.lane = Loop(settings.batch_tokens, self.timing, by_arrival=settings.step_policy == "vllm")
+                policy = settings.step_policy
+                r.lane = Loop(settings.batch_tokens, self.timing, policy == "vllm", policy == "mlx")
         self.ids = itertools.count()
         self.live: dict[str, Booking] = {}
         """Bookings whose reply is not over, in the order they were booked."""

@@ -188,8 +188,9 @@ class Settings:
     )  # fmt: skip
     step_policy: str = setting(
         "llamacpp", "with --batch-tokens: whose prompt tokens fill a step, after a token of each stream "
-        "decoding: llamacpp (by seat: llama.cpp walks its slots in order) or vllm (by arrival: vLLM's and "
-        "SGLang's chunked prefill)",
+        "decoding: llamacpp (by seat: llama.cpp walks its slots in order), vllm (by arrival: vLLM's and "
+        "SGLang's chunked prefill) or mlx (by arrival, prefill first: a first token waits while prompts "
+        "that came during its prefill are read, as mlx_lm.server's batches)",
         choices=POLICIES, column="step policy",
     )  # fmt: skip
     batch_slowdown: float = setting(

@@ -61,13 +61,18 @@ class Turn(Prefill):
     """Its tokens in steps formed or planned."""
     last: EngineStep | None = None
     """The step holding its last token."""
+    shown: EngineStep | None = None
+    """With prefill first (`POLICIES`, mlx): the step at whose end its first token comes, the last
+    of the steps formed back to back after `last` (None: `last`'s)."""
     holder: object = None
     """Whose turn it is (the booking core's Booking), for those who must follow its moves."""
 
     @property
     def end(self) -> float:
-        """Its first token: when the step holding its last token is done."""
-        return self.last.end if self.last is not None else self.start + self.seconds
+        """Its first token: when the step holding its last token is done (with prefill first: when
+        the steps formed back to back after it are)."""
+        step = self.shown or self.last
+        return step.end if step is not None else self.start + self.seconds
 
     @property
     def reply_end(self) -> float:
@@ -75,9 +80,12 @@ class Turn(Prefill):
         return self.end + max(self.reply - 1, 0) * self.gap
 
 
-POLICIES = ("llamacpp", "vllm")
+POLICIES = ("llamacpp", "vllm", "mlx")
 """Whose prompt tokens a step takes first (--step-policy): by seat (llama.cpp), or by arrival
-(vLLM's and SGLang's schedulers: `by_arrival`)."""
+(vLLM's and SGLang's schedulers: `by_arrival`); mlx: by arrival, and prefill first (`prefill_first`):
+mlx_lm.server reads every prompt waiting before the step that writes reply tokens, so a prompt's
+first token waits for the prompts that came while it was read (measured: 2 prompts sent at once,
+1,290 to 1,420 ms each, one alone 720 to 800)."""
 
 
 class Loop:
@@ -85,8 +93,14 @@ class Loop:
     streams decoding take their tokens of the budget first (llama-server adds them to its batch
     before any prompt token; vLLM schedules running requests first); prompts fill the rest."""
 
-    def __init__(self, batch_tokens: int, rates: terms.Rates, by_arrival: bool = False) -> None:
-        self.batch_tokens, self.rates, self.by_arrival = batch_tokens, rates, by_arrival
+    def __init__(
+        self, batch_tokens: int, rates: terms.Rates, by_arrival: bool = False, prefill_first: bool = False
+    ) -> None:
+        self.batch_tokens, self.rates, self.by_arrival = batch_tokens, rates, by_arrival or prefill_first
+        self.prefill_first = prefill_first
+        """A first token comes only once no prompt waits: at the end of the steps formed back to back."""
+        self.showing: list[Turn] = []
+        """With prefill first: the turns whose first tokens wait for the last step formed to end."""
         self.price = terms.pricer(rates)
         """What a step costs (the cost terms, their coefficients worked out once)."""
         self.queue: deque[Turn] = deque()
@@ -175,7 +189,7 @@ class Loop:
         self._unplan(now)
         for t in turns:
             self.streams.pop(id(t), None)
-            t.last, t.start, t.read = None, math.inf, 0
+            t.last, t.shown, t.start, t.read = None, None, math.inf, 0
         self.reflow(now)
 
     def rejoin(self, turn: Turn, ready_at: float, rank: float, now: float) -> list[Turn]:
@@ -214,6 +228,9 @@ class Loop:
                 if t.last is step:
                     t.last = None
                     self.streams.pop(id(t), None)
+        for t in self.queue:  # (a first token still ahead: its turn is queued)
+            if t.shown is not None and t.shown.start >= since:
+                t.shown = None
         return list(held.values())
 
     def _plan(self, now: float, since: float, newcomers: list[Turn]) -> None:
@@ -224,10 +241,20 @@ class Loop:
         turns = [t for t in self.replanned if self._waits(t)]
         clock = max(now, self.steps[-1].end) if self.steps else now
         running = self._running(clock)
+        self._resume_showing(waiting)
         while turns:
             clock = self._next(turns, clock, running)
             turns = [t for t in turns if t.read < t.tokens]
         self.free_at = self.steps[-1].end if self.steps else min(self.free_at, now)
+
+    def _resume_showing(self, planned: dict[int, Turn]) -> None:
+        """With prefill first: the turns whose first token comes at the end of the last step kept
+        wait longer if a step is formed right after it, so they are placed again too."""
+        if not self.prefill_first:
+            return
+        last = self.steps[-1] if self.steps else None
+        self.showing = [t for t in self.queue if last is not None and (t.shown or t.last) is last]
+        self.replanned += [t for t in self.showing if id(t) not in planned]
 
     def _next(self, turns: list[Turn], clock: float, running: list[Stream]) -> float:
         """Form the step at `clock` from the turns ready by then, and return its end; with none
@@ -251,6 +278,8 @@ class Loop:
         """The step formed at `clock` from the turns ready, by rank: each as many tokens as fit.
         A turn whose last token it holds starts writing its reply: it joins `running`."""
         parts: list[tuple[Turn, int]] = []
+        if self.showing and not (self.steps and self.steps[-1].end == clock):  # a gap: shown, decoding
+            self._show(running)
         decodes = _decodes(running, clock)  # their tokens take their room first
         budget = room = max(self.batch_tokens - len(decodes), 1)  # (decode alone is no step here)
         for t in ready:
@@ -264,11 +293,27 @@ class Loop:
         for t, k in parts:
             t.read, t.start = t.read + k, min(t.start, clock)
             if t.read >= t.tokens:
-                t.last = step
-                self.streams[id(t)] = t
-                running.append(_stream(t))
+                self._read(t, step, running)
+        for t in self.showing:  # (prefill first: their first tokens wait for this step too)
+            t.shown = step
         self.steps.append(step)
         return step
+
+    def _read(self, turn: Turn, step: EngineStep, running: list[Stream]) -> None:
+        """`turn`'s last token is in `step`: its first token comes at its end, and it starts writing
+        its reply, a stream in the steps after; with prefill first, once no prompt waits (`_show`)."""
+        turn.last = step
+        self.streams[id(turn)] = turn
+        if self.prefill_first:
+            self.showing.append(turn)
+        else:
+            running.append(_stream(turn))
+
+    def _show(self, running: list[Stream]) -> None:
+        """With prefill first, a step formed after a gap (no prompt was waiting when the last one
+        ended): the first tokens waiting came at the last one's end, and their streams decode."""
+        running += [_stream(t) for t in self.showing]
+        self.showing = []
 
     def _running(self, clock: float) -> list[Stream]:
         """The streams whose reply is not over by `clock` (the latest first tokens only: `span`):
