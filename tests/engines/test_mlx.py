@@ -55,7 +55,8 @@ def test_serve_mlx_works_with_the_mlx_target(tiny_model: Path, isolated: Path, t
         f"mlx_lm.server stable-first: first {row['first_ms']:.0f} ms, rest p50 {row['rest_p50_ms']:.0f} ms, "
         f"speed-up {row['speedup_x']:.1f}x"
     )
-    assert row["model"] == "default_model"
+    # asked for the target's default, recorded as the model the server said it runs (results.py)
+    assert row["model_asked"] == "default_model" and row["model"] in ids
     assert row["speedup_x"] > 2
 
 
