@@ -309,6 +309,9 @@ def tpot(s: Sample) -> float | None:
     return s.tpot_ms
 
 
+PER_TOKEN = "time per output token"
+
+
 def compare(real: Rounds, twin: Rounds) -> list[Row]:
     """One row per kind of work (TTFT), and one for time per output token."""
     pooled_real, pooled_twin = pooled(real), pooled(twin)
@@ -318,7 +321,7 @@ def compare(real: Rounds, twin: Rounds) -> list[Row]:
         return dataclasses.replace(got, real_itself=itself(real, of, value))
 
     rows = [row(kind, kind, ttft) for kind in pooled_real]
-    per_token = row("time per output token", OPENING_FIRST_REST, tpot)
+    per_token = row(PER_TOKEN, OPENING_FIRST_REST, tpot)
     return [*rows, dataclasses.replace(per_token, floor_ms=TPOT_FLOOR_MS)]
 
 
@@ -493,6 +496,32 @@ def speed_note(ratio: float | None, moved: float | None) -> str | None:
             f"cannot follow. Calibrate again, then check right after, on a quiet machine."
         )
     return None
+
+
+SCALED_FROM = 0.05
+"""A machine this much slower or faster than when the profile was made (the reference prompts): the
+card says what its TTFTs would read with the twin scaled by that change."""
+
+
+def scaled_note(rows: list[Row], ratio: float | None) -> str | None:
+    """How much of the card's TTFT misses the machine's change explains: the twin's medians scaled
+    by the reference prompts' ratio, each kind judged again. Only the TTFT kinds: the reference
+    is a prompt, read cold. None: no reference, or a change under 5%."""
+    if ratio is None or abs(ratio - 1) < SCALED_FROM:
+        return None
+    ttft = [r for r in rows if r.kind != PER_TOKEN]
+    met = sum(r.within for r in ttft)
+    scaled = sum(dataclasses.replace(r, twin_p50=r.twin_p50 * ratio).within for r in ttft)
+    verdict = (
+        "what the card misses is that change, not the profile"
+        if scaled == len(ttft)
+        else f"the {len(ttft) - scaled} that miss even then are the profile's"
+    )
+    return (
+        f"the reference prompts took {ratio:.2f}x their time when the profile was made: with the twin's "
+        f"TTFTs scaled by that, {scaled} of {len(ttft)} kinds would be within target ({met} as measured); "
+        f"{verdict}."
+    )
 
 
 def differences(

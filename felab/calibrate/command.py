@@ -561,6 +561,9 @@ def notes(
     moved = card.speed_note(*speed)
     if moved:
         said.append(f"note: {moved}")
+    scaled = card.scaled_note(rows, speed[0])
+    if scaled:
+        said.append(scaled)
     if real_prober.ended_at_once:
         said.append(
             f"{real_prober.ended_at_once} replies of the real server carried no text and were timed by "
