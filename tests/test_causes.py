@@ -43,6 +43,16 @@ def test_a_token_count_off_by_more_than_3_percent_is_the_cause() -> None:
     )
 
 
+def test_a_count_off_the_other_way_from_the_miss_is_not_its_cause() -> None:
+    """The twin counted 4% more tokens yet was 43% faster (np1's conversation, 2026-12-06): more
+    tokens make a twin slower, so the count cannot be why; nor can 4% be why of 40% slower."""
+    faster = cause(22.4, 12.8, 0.05, ([cold(666, 22.4)], [cold(693, 12.8)]), PROFILE)
+    assert not faster.startswith("count")
+    slower = cause(22.4, 31.4, 0.05, ([cold(666, 22.4)], [cold(693, 31.4)]), PROFILE)
+    assert not slower.startswith("count")  # +40%: 4% is under a third of it
+    assert cause(22.4, 25.0, 0.05, ([cold(666, 22.4)], [cold(693, 25.0)]), PROFILE).startswith("count")
+
+
 def test_a_miss_one_term_can_close_names_the_term_and_how_far() -> None:
     said = cause(302.0, 202.0, 0.05, ([cold(2_000, 302)], [cold(2_000, 202)]), PROFILE)
     assert said.startswith("term prefill_rate: the twin prices the work alone at 202.0 ms")

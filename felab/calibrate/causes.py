@@ -6,7 +6,8 @@ causes, tried in this order:
     noise    no larger than the real server's own spread between its rounds: a second run of the
              same work would move the real median as far, so the profile cannot be blamed;
     count    the twin counted the prompts' tokens differently from the real server (by more than
-             3%): its tokenizer or characters-per-token ratio is off for this text, not a term;
+             3%, the same way as the miss, and by a third of it at least: a twin that counts more
+             is slower): its tokenizer or characters-per-token ratio is off for this text;
     waiting  most of the twin's time is spent behind other prompts' steps (the kind sends prompts
              together): the miss is in how steps are shared (the loop, batch_slowdown), not in the
              price of any one prompt;
@@ -75,7 +76,7 @@ def cause(
     if real_itself is not None and abs(error) <= real_itself:
         spread = f"the real server's own spread between rounds ({real_itself:.0%})"
         return f"noise: {error:+.0%} is no more than {spread}"
-    counted = count_cause(*samples)
+    counted = count_cause(*samples, error)
     if counted and not per_token:
         return counted
     value = (lambda s: s.tpot_ms) if per_token else (lambda s: s.ttft_ms)
@@ -96,15 +97,16 @@ def cause(
     return said
 
 
-def count_cause(real: list[Sample], twin: list[Sample]) -> str | None:
-    """The count cause, if the twin's median prompt differs from the server's by over 3%."""
+def count_cause(real: list[Sample], twin: list[Sample], error: float) -> str | None:
+    """The count cause, if the twin's median prompt differs from the server's by over 3%, the same
+    way as the miss (`error`, a share), and by a third of it or more."""
     a = sorted(s.prompt_tokens for s in real)
     b = sorted(s.prompt_tokens for s in twin)
     if not a or not b or not a[len(a) // 2]:
         return None
     mine, theirs = b[len(b) // 2], a[len(a) // 2]
     off = (mine - theirs) / theirs
-    if abs(off) <= COUNT_TOLERANCE:
+    if abs(off) <= COUNT_TOLERANCE or off * error <= 0 or abs(off) < abs(error) / 3:
         return None
     return (
         f"count: the twin counted {abs(off):.0%} {'more' if off > 0 else 'fewer'} prompt tokens than the "

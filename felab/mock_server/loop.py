@@ -228,7 +228,7 @@ class Loop:
                 if t.last is step:
                     t.last = None
                     self.streams.pop(id(t), None)
-        for t in self.queue:  # (a first token still ahead: its turn is queued)
+        for t in self.queue if self.prefill_first else ():  # (a first token still ahead: queued)
             if t.shown is not None and t.shown.start >= since:
                 t.shown = None
         return list(held.values())
@@ -240,8 +240,8 @@ class Loop:
         self.replanned = list(waiting.values())
         turns = [t for t in self.replanned if self._waits(t)]
         clock = max(now, self.steps[-1].end) if self.steps else now
-        running = self._running(clock)
         self._resume_showing(waiting)
+        running = self._running(clock)
         while turns:
             clock = self._next(turns, clock, running)
             turns = [t for t in turns if t.read < t.tokens]
@@ -319,7 +319,8 @@ class Loop:
         """The streams whose reply is not over by `clock` (the latest first tokens only: `span`):
         a plan's steps start at `clock` or later, so no other stream can decode in them."""
         recent = itertools.takewhile(lambda t: t.end >= clock - self.span, reversed(self.streams.values()))
-        return [_stream(t) for t in recent if t.reply_end > clock]
+        shown = {id(t) for t in self.showing}  # (prefill first: not yet; `_show` adds them)
+        return [_stream(t) for t in recent if t.reply_end > clock and id(t) not in shown]
 
 
 Stream = tuple[float, float, int]
