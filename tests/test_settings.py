@@ -94,7 +94,7 @@ def test_a_sweep_refuses_an_empty_item_instead_of_dropping_it() -> None:
 TWIN = {
     "prefill_attention_ns", "decode_slowdown", "cached_token_us", "decode_context_ns", "ubatch_tokens",
     "tile_tokens", "untiled_ns", "chars_per_token", "batch_slowdown", "host_cache_tokens",
-    "host_restore_us", "tokenizer", "template_tokens",
+    "host_restore_us", "tokenizer", "template_tokens", "template_message_tokens",
 }  # fmt: skip
 """The settings only `felab calibrate` writes: no lesson, lab page or README types them."""
 
@@ -125,7 +125,7 @@ TWIN_VALUES = Settings(
     prefill_attention_ns=35.3, decode_slowdown=0.477, cached_token_us=2.5, decode_context_ns=623.0,
     ubatch_tokens=512, tile_tokens=64, untiled_ns=560.0, chars_per_token=3.87, batch_tokens=2048,
     batch_slowdown=0.05, cache_mode="seat-prefix", seats=4, host_cache_tokens=32768, host_restore_us=0.3,
-    tokenizer="/models/tiny-model.gguf", template_tokens=-7,
+    tokenizer="/models/tiny-model.gguf", template_tokens=-7, template_message_tokens=-3,
 )  # fmt: skip
 """A llama.cpp twin's terms (docs/runs/2026-12-01-calibrate-llamacpp-tiny-final.toml's, with the rows,
 and llama-server's host-memory cache)."""

@@ -223,12 +223,18 @@ def test_calibrate_records_the_gguf_llama_server_names_and_fits_the_template(
     files: tuple[Path, Path],
 ) -> None:
     """A practice server standing in for llama-server: it counts with the GGUF and names it in
-    GET /props `model_path`, as llama-server does; its template adds 7 tokens."""
+    GET /props `model_path`, as llama-server does; its template adds 7 tokens, and 2 more for each
+    message after the first (calibrate's second round of texts is sent as three messages)."""
     gguf_file = str(files[1])
     flags = ("--seats", "1", "--model", gguf_file, "--tokenizer", gguf_file, "--template-tokens", "7")
+    flags += ("--template-message-tokens", "2")
     with practice_server(*flags) as url:
         found = counting.find(prober(url, gguf_file), Target("mock", url, gguf_file, NO_KEY, False))
-    assert found.settings == {"tokenizer": str(files[1].resolve()), "template_tokens": 7}
+    assert found.settings == {
+        "tokenizer": str(files[1].resolve()),
+        "template_tokens": 7,
+        "template_message_tokens": 2,
+    }
     assert found.measured["token_count_error_tokens"] == [0] * counting.REQUESTS
     assert "counted with the engine's tokenizer" in found.line and "GET /props" in found.line
 
@@ -238,7 +244,11 @@ def test_calibrate_records_the_tokenizer_json_of_a_model_folder(files: tuple[Pat
     folder = str(files[0].parent)
     with practice_server("--model", folder, "--tokenizer", str(files[0]), "--template-tokens", "-2") as url:
         found = counting.find(prober(url, folder), Target("mock", url, folder, NO_KEY, False))
-    assert found.settings == {"tokenizer": str(files[0].resolve()), "template_tokens": -2}
+    assert found.settings == {
+        "tokenizer": str(files[0].resolve()),
+        "template_tokens": -2,
+        "template_message_tokens": 0,
+    }
 
 
 def test_without_a_tokenizer_file_calibrate_fits_characters_on_varied_text_and_states_the_error(
@@ -260,8 +270,8 @@ def test_without_a_tokenizer_file_calibrate_fits_characters_on_varied_text_and_s
         for _ in range(counting.TEXTS_PER_KIND)
         for kind in prompts.KINDS
     ]
-    for kind, content in sent[len(prompts.KINDS) :]:
-        text = chat_template([Message(role="user", content=content)])
+    for kind, content in sent[len(prompts.KINDS) :]:  # (sent as three messages: counting.conversation)
+        text = chat_template([Message(**m) for m in counting.conversation(content)])
         real = len(tok.encode(text, add_special_tokens=False).ids)
         assert errors[kind] == pytest.approx(100 * (len(text) / ratio / real - 1), rel=0.02)
     assert errors["script"] < -50 < 0 < errors["prose"]  # prose over-counted, another script under

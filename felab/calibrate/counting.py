@@ -14,8 +14,10 @@ file that is not here). Either way calibrate sends a few texts of every kind
 server's `usage.prompt_tokens` for each:
 
 - with a tokenizer, their difference from its count of the same messages is the
-  chat template's fixed tokens (`template_tokens`, the median), and what is left
-  is the count's error, stated;
+  chat template's fixed tokens (`template_tokens`, the median of the texts sent as
+  one message) and those of each further message (`template_message_tokens`, from
+  the texts sent as three: the engine's role markers are other tokens than the
+  practice server's), and what is left is the count's error, stated;
 - without one, the character model is fitted on the first text of each kind,
   weighted by how much of a prompt is usually of that kind (prompts.KIND_SHARE), and its
   error is stated on the second (held out): by kind, since one ratio cannot be
@@ -88,15 +90,25 @@ def send_texts(p: Prober) -> list[Counted]:
     does not know: such a text is left out."""
     rng = random.Random(p.seed ^ 0xC0DE)
     out = []
-    for _ in range(TEXTS_PER_KIND):
+    for round_ in range(TEXTS_PER_KIND):
         for kind in prompts.KINDS:
-            messages = [
-                {"role": "user", "content": f"{prompts.tag(rng)} {prompts.varied(kind, TEXT_CHARS, rng)}"}
-            ]
+            text = f"{prompts.tag(rng)} {prompts.varied(kind, TEXT_CHARS, rng)}"
+            messages = conversation(text) if round_ else [{"role": "user", "content": text}]
             sample = p.call(messages)
             if not sample.retried:
                 out.append(Counted(kind, messages, sample.prompt_tokens))
     return out
+
+
+def conversation(text: str) -> list[dict]:
+    """The text as three messages (a question, a reply, a question): the second round's counting
+    texts, so that the tokens each message's role markers add are measured too."""
+    third = len(text) // 3
+    parts = [text[:third], text[third : 2 * third], text[2 * third :]]
+    return [
+        {"role": role, "content": part}
+        for role, part in zip(("user", "assistant", "user"), parts, strict=True)
+    ]
 
 
 def tokenizer_file(target: Target) -> tuple[Path | None, str]:
@@ -137,8 +149,11 @@ def counter(path: Path) -> tuple[Path, TokenizerCounter | None, str]:
 def with_tokenizer(path: Path, tok: TokenizerCounter, texts: list[Counted], found: str) -> Finding:
     """The tokenizer's count against the server's: the fixed tokens, then what is left over."""
     diffs = [c.prompt_tokens - len(tok.ids(c.text)) for c in texts]
-    fixed = round(fit.median(diffs))
-    off = [d - fixed for d in diffs]
+    extra = [len(c.messages) - 1 for c in texts]  # messages after the first
+    fixed = round(fit.median([d for d, e in zip(diffs, extra, strict=True) if not e] or diffs))
+    more = [(d - fixed) / e for d, e in zip(diffs, extra, strict=True) if e]
+    per_message = round(fit.median(more)) if more else 0
+    off = [d - fixed - per_message * e for d, e in zip(diffs, extra, strict=True)]
     worst = max(range(len(off)), key=lambda i: abs(off[i]))
     pct = 100 * off[worst] / texts[worst].prompt_tokens
     how = (
@@ -149,10 +164,11 @@ def with_tokenizer(path: Path, tok: TokenizerCounter, texts: list[Counted], foun
     )
     line = (
         f"tokens: counted with the engine's tokenizer, {path} ({found}): {how} texts of prose, code, "
-        f"numbers and another script, with {fixed:+d} tokens of chat template."
+        f"numbers and another script, as one message and as three, with {fixed:+d} tokens of chat "
+        f"template and {per_message:+d} for each message after the first."
     )
     return Finding(
-        {"tokenizer": str(path.resolve()), "template_tokens": fixed},
+        {"tokenizer": str(path.resolve()), "template_tokens": fixed, "template_message_tokens": per_message},
         {
             "token_count": f"the engine's tokenizer ({path.name}), from {found}",
             "token_count_error_tokens": off,

@@ -170,6 +170,11 @@ class Settings:
         "server's plain one (calibrate fits it; may be negative)",
         scope=SERVER, low=-10_000, high=10_000, twin=True,
     )  # fmt: skip
+    template_message_tokens: int = setting(
+        0, "with --tokenizer: tokens each message after the first adds to the engine's count beyond the "
+        "practice server's plain template (its role markers are other tokens; calibrate fits it)",
+        scope=SERVER, low=-1_000, high=1_000, twin=True,
+    )  # fmt: skip
     cache_mode: str = setting(
         "blocks", "how a replica reuses earlier prompts: blocks (hashed blocks any request may reuse: "
         "vLLM, SGLang) or seat-prefix (each seat keeps its last prompt: llama.cpp; needs --seats)",
