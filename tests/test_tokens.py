@@ -340,3 +340,30 @@ def test_the_card_says_how_far_the_twins_count_is_from_the_real_servers(files: t
     assert f"{off[len(off) // 2]:+.1%} (median of {len(off)} cold prompts" in note
     assert off[-1] < -0.3  # 4 characters a token counts this text (about 2 a token) far short
     assert "(the profile counts with characters, 4 a token)" in note
+
+
+def test_a_conversations_next_turn_finds_cached_what_the_engine_would(files: tuple[Path, Path]) -> None:
+    """The engine's template has other tokens than the practice server's, -7 a prompt and -3 a
+    message after the first (llama-server's ChatML on the model the kit did not make): turn 2 of a
+    conversation finds turn 1's whole prompt cached there, 724 of 776 tokens. The twin counts the
+    template in its ids (tokens._marked), so its turn 2 finds as many: before, the -3 a message
+    came off the new turn alone, and 10 messages left it a few dozen tokens short."""
+    tok = str(files[0])
+    flags = ("--tokenizer", tok, "--template-tokens", "-7", "--template-message-tokens", "-3")
+    flags += ("--seats", "1", "--cache-mode", "seat-prefix", "--block-tokens", "1")
+    history = [{"role": "system", "content": "You answer questions about the policy. " * 40}]
+    got = []
+    with practice_server(*flags) as url:
+        api = client(Target("mock", url, "felab-practice", NO_KEY, False))
+        for question in ("What does it cover?", "And what does it not?", "Who decides?"):
+            history.append({"role": "user", "content": question})
+            usage = api.chat.completions.create(model="felab-practice", messages=history, max_tokens=1).usage
+            assert usage is not None and usage.prompt_tokens_details is not None
+            got.append((usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens))
+            history.append({"role": "assistant", "content": "It says so in the policy."})
+    (first, _), (second, cached_2), (_, cached_3) = got
+    assert cached_2 == first and cached_3 == second
+    text = chat_template([Message(**m) for m in history[:2]])
+    assert (
+        first == len(load_tokenizer(files[0]).encode(text, add_special_tokens=False).ids) - 7 - 3
+    )  # 2 messages
