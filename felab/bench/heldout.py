@@ -292,8 +292,7 @@ def run_case(case: Case, folder: Path, rounds: int, biggest: int) -> tuple[list[
     for kind, line in said.items():
         print(f"  why {kind}: {line}")
     if said:
-        fitted = {k: v for k, v in settings.items() if k not in ("tokenizer",)}
-        print("the profile's settings:", fitted)
+        print("the profile's settings:", {k: v for k, v in settings.items() if k != "tokenizer"})
     return table, said
 
 

@@ -48,9 +48,10 @@ def priced_ms(sample: Sample, settings: Mapping[str, Any], per_token: bool = Fal
     else:
         steps = prompt_steps(sample.uncached, sample.cached_tokens or 0, settings.get("batch_tokens"))
         parts = {"overhead": timing.overhead_ms}
-    for term in terms.TERMS:
-        if coefficient := term.coefficient(timing):
-            parts[term.name] = 1000 * coefficient * sum(term.basis(s, timing) for s in steps)
+    coefficients = terms.coefficients(timing)
+    for step in steps:
+        for name, units in terms.basis(step, timing).items():
+            parts[name] = parts.get(name, 0.0) + 1000 * coefficients[name] * units
     return {name: ms for name, ms in parts.items() if ms}
 
 

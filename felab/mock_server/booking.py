@@ -332,9 +332,9 @@ class PracticeModel:
         del parked[booking.rid]
         return True
 
-    def _move_up(self, replica: Replica, gave_back: bool, now: float) -> bool:
-        """After a hang-up on `replica` (that gave lane time back, or not): the requests behind it
-        move up, and their waiters are told. True if any moved."""
+    def _move_up(self, replica: Replica, freed: bool, now: float) -> bool:
+        """After a hang-up on `replica` (`freed`: it gave lane time back or stopped a reply): the
+        requests behind it move up, and their waiters are told. True if any moved."""
         if replica.seats is not None and isinstance(replica.lane, Loop):  # only what it moved
             moved = self._readmit(replica, now)
             self.on_moved(moved)
@@ -342,7 +342,7 @@ class PracticeModel:
         if replica.seats is not None:  # its seat is free: those waiting for one move up
             moved_up = bool(self._reseat(replica, now))
         else:
-            moved_up = bool(gave_back and replica.lane.reflow(now))
+            moved_up = bool(freed and replica.lane.reflow(now))
         if moved_up:
             self.on_moved([b for b in self.live.values() if b.replica is replica])
         return moved_up

@@ -148,7 +148,9 @@ def _marked(ids: list[int], more: int) -> list[int]:
     the count, so that a later prompt finds cached as many as the engine would. (Added to the count
     alone, a conversation's 10 messages took their -3 each off every new turn's few dozen tokens,
     and the twin's 8-turn conversation came out 45 to 63% short.)"""
-    if more >= 0:
+    if not more:  # (the same template: each request's ids, not copied again)
+        return ids
+    if more > 0:
         return [MARKER] * more + ids
     return ids[min(-more, len(ids) - 1) :]
 
