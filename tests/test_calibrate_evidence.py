@@ -220,6 +220,23 @@ def test_a_batch_slowdown_at_the_edge_of_its_range_is_left_out_and_said() -> Non
     assert plain.slowdown == 0.0 and why and "less than the rounds' own spread" in why
 
 
+def test_a_batch_size_the_rounds_cannot_show_is_llama_cpps_default() -> None:
+    # A twin nearest the measured first tokens with steps of 256, by 1 ms in 100.
+    def twin(b: int | None, s: float) -> list[list[float]]:
+        return [[100.0 if b == 256 else 101.0, 200.0, 300.0, 400.0]]
+
+    one = [[100.0, 200.0, 300.0, 400.0]]
+    quiet, why = fit.supported_batch(one, twin, seats=4)  # one round: no spread, so 256 is kept
+    assert (quiet.tokens, why) == (256, None)
+    # On one seat the prompts take turns and share no step: nothing is searched, and it is said.
+    seat, why = fit.supported_batch(one, twin, seats=1)
+    assert (seat.tokens, seat.slowdown) == (2048, 0.0) and why and "on one seat" in why
+    # Rounds that differ among themselves by more than 256's gain: the default, and said.
+    noisy = [[100.0, 200.0, 300.0, 400.0], [110.0, 220.0, 330.0, 440.0]]
+    kept, why = fit.supported_batch(noisy, lambda b, s: [r for r in twin(b, s) for _ in (0, 1)], seats=4)
+    assert kept.tokens == 2048 and why and why.startswith("batch_tokens 256 was left at llama.cpp's default")
+
+
 # ── --check: the wrong server, a slower machine ─────────────────────────────
 
 
@@ -360,7 +377,12 @@ def test_an_attention_term_that_does_not_improve_the_held_out_error_is_left_out_
     assert said and "did not make the held-out error of the TTFTs 2% smaller" in said[0]
     # llama.cpp's 36 ns: half of the longest prompt's time, far above the same noise: kept.
     real, _ = prof.fit_terms(measured(36.0, [-0.1, 0.0, 0.1, -0.1, 0.1]))
-    assert real.settings()["prefill_attention_ns"] == 36.0 and real.left_out == ()
+    assert real.settings()["prefill_attention_ns"] == 36.0
+    # Cold prompts alone give masked attention attention's very basis (u²/2): left out, and said.
+    assert real.left_out == (
+        "masked_attention_ns was left out: these measurements cannot tell it from another term (its "
+        "basis is a multiple of that term's in every one)",
+    )
 
 
 def test_time_per_output_token_counts_gaps_between_chunks_of_text() -> None:

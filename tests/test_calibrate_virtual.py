@@ -151,8 +151,12 @@ def test_calibrate_gives_back_the_settings_of_the_model_it_measured(more: dict) 
         assert "tile_tokens" not in st and "batch_slowdown" not in st
     # What was left out, and said: the one term measured that the model does not have (attention,
     # where it is 0; it came out within rounding of 0, and held out it predicts nothing more).
+    # And masked attention, which a causal engine does not have: the openings tell it apart, and
+    # it comes out at 0 (or a rounding below), and is said.
     named = {line.split()[0] for line in got.measured["terms_left_out"]}
-    assert named == (set() if truth.prefill_attention_ns else {"prefill_attention_ns"})
+    assert named == {"masked_attention_ns"} | (
+        set() if truth.prefill_attention_ns else {"prefill_attention_ns"}
+    )
     assert (st["cache_mode"], st["block_tokens"]) == ("blocks", 32)  # the practice server's own cache
     # The reference probe: one cold length near 3/10 of the longest, its repeats' times.
     ref = got.measured
@@ -279,3 +283,29 @@ def test_calibrating_takes_at_most_2_minutes_where_3000_tokens_take_1_s() -> Non
     # The issue's target, on the virtual clock: a cold 3,000-token prompt in 1 s (no overhead).
     prober, _, _ = bounded(KNOWN | {"overhead_ms": 0.0, "prefill_tps": 3000.0}, 2)
     assert prober.now < 120
+
+
+MLX_LIKE = {
+    "batch_tokens": 2048,
+    "step_policy": "mlx",
+    "prefill_attention_ns": 36.0,
+    "masked_attention_ns": 40.0,
+}
+"""mlx_lm.server on a CPU: every prompt waiting read at once, each 2,048 tokens a step, prefill
+first, and each piece's attention a whole rectangle (the masked term)."""
+
+
+def test_calibrate_gives_back_mlxs_batches_and_its_masked_attention() -> None:
+    # The prompts sent at once show MLX's batches; the terms are then fitted again with every prompt
+    # in pieces of 2,048 (the longest cold prompt, 6,400 tokens, is 4 of them), and the questions
+    # after an opening tell masked attention from attention: both come back exactly.
+    st = calibrated(KNOWN | MLX_LIKE).settings
+    assert (st["batch_tokens"], st["step_policy"], st["batch_slowdown"]) == (2048, "mlx", 0.0)
+    assert (st["prefill_attention_ns"], st["masked_attention_ns"]) == (36.0, 40.0)
+    assert {k: st[k] for k in EXACT if k != "prefill_attention_ns"} == {
+        "overhead_ms": 10.0,
+        "prefill_tps": 10_000.0,
+        "cached_token_us": 20.0,
+        "decode_tps": 200.0,
+        "decode_context_ns": 2000.0,
+    }

@@ -185,3 +185,19 @@ def test_with_prefill_first_a_hang_up_in_the_chain_brings_the_first_tokens_befor
     assert a.first_token_at == pytest.approx(0.30)
     assert m.cancel(b, now=0.1) and a in moved
     assert a.first_token_at == pytest.approx(0.15)
+
+
+def test_mlx_reads_each_prompt_waiting_in_pieces_of_its_own() -> None:
+    # mlx_lm.server: each prompt waiting puts up to --batch-tokens (its --prefill-step-size) of its
+    # own in a step, whatever the others put in (llama.cpp shares one budget of 2,048 among them).
+    # a and b, 3,000 tokens each, sent at once:
+    #  step 1 at 0:  a 2,048 and b 2,048 (after 0): 2 x 0.4145152                   -> 0.8290304
+    #  step 2:       a 952 and b 952 (after 2,048): 2 x (0.0952 + 100e-9·952·2,524) -> 1.5
+    # Both first tokens at 1.5 (by llama.cpp's one budget: 0.4145 + 0.3355 + ... later for b).
+    m = model(step_policy="mlx", block_tokens=16)
+    a = m.book(prompt(3000, 0), 1, 0.0, 0.0)
+    b = m.book(prompt(3000, 1), 1, 0.0, 0.0)
+    steps = list(loop_of(m).steps)
+    assert [parts(s, a, b) for s in steps] == [[("a", 2048), ("b", 2048)], [("a", 952), ("b", 952)]]
+    assert steps[0].end == pytest.approx(2 * 0.4145152)
+    assert a.first_token_at == b.first_token_at == pytest.approx(1.5)

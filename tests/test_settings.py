@@ -92,7 +92,8 @@ def test_a_sweep_refuses_an_empty_item_instead_of_dropping_it() -> None:
 # ── the calibrated twin's settings: out of --help, in --help-twin, working as ever ──
 
 TWIN = {
-    "prefill_attention_ns", "decode_slowdown", "cached_token_us", "decode_context_ns", "ubatch_tokens",
+    "prefill_attention_ns", "masked_attention_ns", "decode_slowdown", "cached_token_us", "decode_context_ns",
+    "ubatch_tokens",
     "tile_tokens", "untiled_ns", "chars_per_token", "batch_slowdown", "host_cache_tokens",
     "host_restore_us", "tokenizer", "template_tokens", "template_message_tokens",
 }  # fmt: skip
@@ -122,13 +123,14 @@ def test_help_lists_no_twin_setting_and_help_twin_lists_each() -> None:
 
 
 TWIN_VALUES = Settings(
-    prefill_attention_ns=35.3, decode_slowdown=0.477, cached_token_us=2.5, decode_context_ns=623.0,
+    prefill_attention_ns=35.3, masked_attention_ns=12.0, decode_slowdown=0.477, cached_token_us=2.5,
+    decode_context_ns=623.0,
     ubatch_tokens=512, tile_tokens=64, untiled_ns=560.0, chars_per_token=3.87, batch_tokens=2048,
     batch_slowdown=0.05, cache_mode="seat-prefix", seats=4, host_cache_tokens=32768, host_restore_us=0.3,
     tokenizer="/models/tiny-model.gguf", template_tokens=-7, template_message_tokens=-3,
 )  # fmt: skip
 """A llama.cpp twin's terms (docs/runs/2026-12-01-calibrate-llamacpp-tiny-final.toml's, with the rows,
-and llama-server's host-memory cache)."""
+and llama-server's host-memory cache), and MLX's masked attention, so that every twin setting is set."""
 
 
 def probe_command(seen: list[Settings]) -> click.Command:
@@ -171,5 +173,6 @@ def test_a_practice_server_started_with_the_twins_flags_books_by_them() -> None:
     assert reply.headers["x-felab-predicted-ttft-ms"] == f"{twin.timing.alone_ms(tokens):.3f}"
     untwinned = dataclasses.replace(twin, **{f.name: getattr(DEFAULTS, f.name) for f in twin_fields()})
     attention_ms, rows_ms = 35.3e-6 * 1047 * 1047 / 2, 560e-6 * 23 * 1047  # 19.3 and 13.5 ms, by hand
+    masked_ms = 12e-6 * 1047 * 1047 / 2  # 6.6 ms: the square's masked half, one piece
     twin_ms = twin.timing.alone_ms(tokens) - untwinned.timing.alone_ms(tokens)
-    assert twin_ms == pytest.approx(attention_ms + rows_ms)
+    assert twin_ms == pytest.approx(attention_ms + masked_ms + rows_ms)

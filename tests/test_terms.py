@@ -38,6 +38,7 @@ def test_each_terms_basis_on_a_step_worked_by_hand() -> None:
     assert terms.basis(SHARED, LLAMA) == {
         "prefill_rate": 542,  # 512 + 30 new tokens
         "attention": 512 * (1000 + 256) + 30 * (2500 + 15),  # new · (context + new/2), each piece
+        "masked": (512**2 + 30**2) / 2,  # each piece's new tokens against each other: half its square
         "cached_floor": 2500,  # only the piece that opens its prompt pays its cached tokens
         "untiled": 30 * (2500 + 30),  # 512 is a whole ubatch; 30 rows < a 64-row tile: each a pass
         "batch_slowdown": 542,  # two prompts share the step: every new token in it
@@ -46,7 +47,12 @@ def test_each_terms_basis_on_a_step_worked_by_hand() -> None:
         "decode_context": 3100 + 250,  # each stream's context
     }
     alone = terms.basis(Step((Piece(100, context=0),)), LLAMA)  # a cold prompt alone, 100 rows: tiled
-    assert alone == {**dict.fromkeys(alone, 0.0), "prefill_rate": 100, "attention": 100 * 50}
+    assert alone == {
+        **dict.fromkeys(alone, 0.0),
+        "prefill_rate": 100,
+        "attention": 100 * 50,
+        "masked": 100 * 50,
+    }
     one = terms.basis(Step(decodes=(10,)), LLAMA)  # one stream alone
     assert one == {**dict.fromkeys(one, 0.0), "decode_rate": 1, "decode_context": 10}
 
@@ -61,6 +67,16 @@ def test_a_step_costs_the_sum_of_coefficient_times_basis() -> None:
         + 600e-9 * 3350
     )
     assert terms.step_seconds(SHARED, LLAMA) == pytest.approx(by_hand)
+
+
+def test_masked_attention_in_pieces_costs_less_than_the_whole_square() -> None:
+    # MLX reads a prompt 2,048 tokens at a time, each piece a full rectangle: u·(c + u) pairs, the
+    # causal attention's u·(c + u/2) and the masked term's u²/2. 4,000 tokens: 2,048·2,048 and
+    # 1,952·4,000 pairs, 12.0 million, where one piece would be 16 million.
+    mlx = TimingModel(0.0, 1e9, 400.0, attention_ns=100.0, masked_attention_ns=100.0)
+    pieces = terms.prompt_seconds(4000, 0, mlx, 2048)
+    assert pieces == pytest.approx(4000 / 1e9 + 100e-9 * (2048 * 2048 + 1952 * 4000))
+    assert terms.prompt_seconds(4000, 0, mlx) == pytest.approx(4000 / 1e9 + 100e-9 * 4000 * 4000)
 
 
 @pytest.mark.parametrize(("uncached", "cached", "batch"), [(2600, 0, 512), (1000, 4000, 300), (7, 50, 2)])

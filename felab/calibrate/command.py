@@ -180,7 +180,11 @@ def calibrate(
         f"that reuses it; each reply token {st.get('decode_context_ns', 0)} ns slower per prompt token."
     )
     say(f"a last piece of few rows: {found['rows_probe'].split(';')[0]}.")
-    say(together_line(plan.streams, st["batch_tokens"], found, st.get("batch_slowdown", 0.0)))
+    say(
+        together_line(
+            plan.streams, st["batch_tokens"], found, st.get("batch_slowdown", 0.0), st.get("step_policy")
+        )
+    )
     for line in found["terms_left_out"]:
         say(f"{line}.")
     if prober.ended_at_once:
@@ -302,20 +306,25 @@ BATCH_FITS_PCT = 10.0
 """A batch size whose first tokens are off by more than this (mean, %) does not describe the server."""
 
 
-def together_line(streams: int, batch: int | str, found: dict[str, Any], slowdown: float = 0.0) -> str:
+def together_line(
+    streams: int, batch: int | str, found: dict[str, Any], slowdown: float = 0.0, policy: str | None = None
+) -> str:
     """What the prompts sent at once showed: the batch size (and slowdown) fitted, the first tokens
-    measured and the twin's, and a word when no batch size reproduces them."""
+    measured and the twin's, and a word when no batch size reproduces them (`policy` mlx: MLX's
+    batches, each prompt `batch` tokens a step)."""
     err, real, twin = found["batch_tokens_error_pct"], found["together_ttft_ms"], found["together_twin_ms"]
     if not real:
         return f"{streams} cold prompts at once: not measured, {err}; batch_tokens left at none."
     longer = "longer" if slowdown > 0 else "shorter"
     shared = f", a batch shared by several prompts {abs(slowdown):.0%} {longer}" if slowdown else ""
-    how = (
-        "each prompt's first token at the end of its own prefill"
-        if batch == "none"
-        else f"prefilled in batches of {batch:,} tokens{shared}"
-    )
+    if batch == "none":
+        how = "each prompt's first token at the end of its own prefill"
+    elif policy == "mlx":
+        how = f"read together, as MLX batches them: each prompt up to {batch:,} tokens a step{shared}"
+    else:
+        how = f"prefilled in batches of {batch:,} tokens{shared}"
     shown = f"batch_tokens {batch}" + (f", batch_slowdown {slowdown:g}" if slowdown else "")
+    shown += ", step_policy mlx" if policy == "mlx" else ""
     line = (
         f"{streams} cold prompts at once: {how} ({shown}): first tokens "
         f"{', '.join(map(str, real))} ms measured, the twin {', '.join(map(str, twin))} ms "

@@ -156,11 +156,24 @@ class Data:
         """Weighted least squares over these columns, never below 0: ms per unit of each term's basis
         (the overhead in ms); a column nothing measured is left out. ValueError: the observations
         cannot tell the columns apart."""
-        cols = [n for n in names if any(r.get(n) for r in self.rows)]
+        cols: list[str] = []
+        for n in names:  # measured, and not a multiple of a column before it (`alike`)
+            if any(r.get(n) for r in self.rows) and not any(self.alike(n, k) for k in cols):
+                cols.append(n)
         if not cols:
             return {}
         x = nonnegative([[r.get(n, 0.0) for n in cols] for r in self.rows], self.ms, self.w)
         return dict(zip(cols, x, strict=True))
+
+    def alike(self, a: str, b: str) -> bool:
+        """Whether column `a` is a multiple of column `b` in every row: the measurements cannot tell
+        the two terms apart (cold prompts alone give attention and masked attention the same
+        basis, u²/2), so only the first is fitted."""
+        pairs = [(r.get(a, 0.0), r.get(b, 0.0)) for r in self.rows]
+        ratio = next((x / y for x, y in pairs if y), None)
+        return ratio is not None and all(
+            math.isclose(x, ratio * y, rel_tol=1e-9, abs_tol=0) for x, y in pairs
+        )
 
     def error(self, x: Mapping[str, float], kind: bool | None = None) -> float:
         """The root mean weighted squared error of `x`'s times: about their relative error (`kind`:
@@ -211,7 +224,7 @@ class TermsFit:
         """The settings (3 significant digits) the coefficients give, by the registry: the prefill
         terms always, the row-by-row piece's where kept, decode's where measured."""
         c = {n: v / 1000 for n, v in self.x.items() if n != OVERHEAD}  # seconds per unit
-        names = ["prefill_rate", "attention", "cached_floor"]
+        names = ["prefill_rate", "attention", "masked", "cached_floor"]
         names += ["untiled"] if c.get("untiled") else []
         names += ["decode_rate", "decode_slowdown", "decode_context"] if c.get("decode_rate") else []
         out = {k: sig(v) for k, v in terms.settings_from({n: c.get(n, 0.0) for n in names}).items()}
@@ -237,6 +250,12 @@ def fit_terms(full: Data, halves: tuple[Data, Data]) -> TermsFit:
         f"{setting(n, x)[0]} came out below 0: left out, the other terms fitted again without it"
         for n, v in x.items()
         if v == 0.0 and n not in ALWAYS
+    ]
+    left += [
+        f"{t.settings[0]} was left out: these measurements cannot tell it from another term (its basis "
+        f"is a multiple of that term's in every one)"
+        for t in TERMS
+        if t.name not in x and any(r.get(t.name) for r in full.rows)
     ]
     active = [n for n, v in x.items() if v > 0]
     for name in [n for n in active if n not in ALWAYS]:
@@ -383,6 +402,8 @@ ALL_AT_ONCE = 1 << 16
 """A step that takes every prompt waiting, whole: mlx_lm.server's batched generation, where prompts
 sent together are read together and get their first tokens together (measured on the kit's tiny
 model, 4 sent at once: 5,145, 5,146, 5,147, 5,147 ms)."""
+DEFAULT_BATCH = 2048
+"""llama.cpp's -b: what calibrate writes where the prompts sent at once cannot show a batch size."""
 BATCH_CANDIDATES: tuple[int | None, ...] = (None, 256, 512, 1024, 2048, 4096, 8192, ALL_AT_ONCE)
 """The batch sizes calibrate tries (llama.cpp's -b is 2048 by default); None: no batches, each
 prompt's first token at the end of its own prefill; ALL_AT_ONCE: MLX's batches."""
@@ -412,6 +433,7 @@ def batch_tokens(
     rounds: Sequence[Sequence[float]],
     twin: Callable[[int | None, float], list[list[float]]],
     slowdowns: Sequence[float] = SLOWDOWN_CANDIDATES,
+    sizes: Sequence[int | None] = BATCH_CANDIDATES,
 ) -> BatchFit:
     """How prompts sent at once were prefilled: the candidate batch size and slowdown whose first
     tokens, as the twin books them (`twin(b, s)`: each round's TTFTs in ms, sorted), are nearest
@@ -419,7 +441,7 @@ def batch_tokens(
     no batches before any size, and for each size no slowdown before any)."""
     measured = [sorted(r) for r in rounds]
     best = BatchFit(None, 0.0, math.inf, [])
-    for b in BATCH_CANDIDATES:
+    for b in sizes:
         for s in slowdowns if b is not None else (0.0,):
             predicted = twin(b, s)
             err = [
@@ -445,12 +467,42 @@ def rounds_spread_pct(rounds: Sequence[Sequence[float]]) -> float:
 
 
 def supported_batch(
+    rounds: Sequence[Sequence[float]],
+    twin: Callable[[int | None, float], list[list[float]]],
+    seats: int | None = None,
+) -> tuple[BatchFit, str | None]:
+    """`batch_tokens`, each choice kept only where the evidence carries it; the second value says
+    what was not, for the profile and the terminal (None: all kept).
+
+    - On one seat (`seats` 1) prompts sent at once take turns in it and never share a step: their
+      first tokens cannot show a batch size, so it is llama.cpp's default (DEFAULT_BATCH), with no
+      slowdown (the 1-seat server's search once chose 256 on noise, and its cold prompts came out
+      25 to 42% long: docs/runs/2026-12-06-twin-round-2-causes.md).
+    - A size other than the default must bring the twin nearer by more than the rounds' own spread.
+    - A slowdown is dropped (fitted again at 0) at the edge of SLOWDOWN_CANDIDATES (the true value
+      may lie beyond, or the fit follows noise: a busy machine gave -0.2 every time), or where it
+      improves the fit by less than the rounds' own spread."""
+    default = batch_tokens(rounds, twin, (0.0,), (DEFAULT_BATCH,))
+    if seats == 1:
+        return default, (
+            f"batch_tokens left at llama.cpp's default, {DEFAULT_BATCH}: on one seat the prompts sent at "
+            f"once take turns, so their first tokens cannot show how a step is shared"
+        )
+    best, why = _supported_slowdown(rounds, twin)
+    gain, spread = default.error_pct - best.error_pct, rounds_spread_pct(rounds)
+    if best.tokens == DEFAULT_BATCH or gain >= spread:
+        return best, why
+    size = (
+        f"batch_tokens {best.tokens} was left at llama.cpp's default, {DEFAULT_BATCH}: it brought the twin "
+        f"{gain:.1f} points nearer, less than the rounds' own spread ({spread:.1f}%)"
+    )
+    return default, "; ".join(filter(None, [why, size]))
+
+
+def _supported_slowdown(
     rounds: Sequence[Sequence[float]], twin: Callable[[int | None, float], list[list[float]]]
 ) -> tuple[BatchFit, str | None]:
-    """`batch_tokens`, with a slowdown dropped (fitted again at 0) where the evidence cannot carry it:
-    at the edge of SLOWDOWN_CANDIDATES (the true value may lie beyond, or the fit follows noise: a
-    busy machine gave -0.2 every time), or improving the fit by less than the rounds' own spread.
-    The second value says which, for the profile and the terminal (None: kept, or there was none)."""
+    """The best batch size and slowdown, the slowdown dropped where the evidence cannot carry it."""
     best = batch_tokens(rounds, twin)
     if best.tokens is None or best.slowdown == 0:
         return best, None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 import math
 import os
@@ -89,10 +90,11 @@ def rows_after_opening(m: Measurements) -> list[Sample]:
     return [s for s in m.rows if s.cached_tokens == common]
 
 
-def alone(s: Sample) -> fit.Observation:
+def alone(s: Sample, piece: int | None = None) -> fit.Observation:
     """A prompt read alone as the fit sees it: its TTFT and its steps (its uncached tokens after its
-    cached ones, in one piece: fit.py's docstring says why the batch size does not matter here)."""
-    return fit.Observation(s.ttft_ms, tuple(prompt_steps(s.uncached, s.cached_tokens or 0)))
+    cached ones, in one piece: fit.py's docstring says why the batch size does not matter here;
+    `piece`: in pieces of that many, as MLX reads every prompt, MLX_STEP at a time)."""
+    return fit.Observation(s.ttft_ms, tuple(prompt_steps(s.uncached, s.cached_tokens or 0, piece)))
 
 
 def gap(s: Sample, streams: int) -> fit.Observation | None:
@@ -106,7 +108,7 @@ def gap(s: Sample, streams: int) -> fit.Observation | None:
     return fit.Observation(t, (Step(decodes=(context,) * streams),), overhead=False)
 
 
-def observations(m: Measurements, half: int | None = None) -> list[fit.Observation]:
+def observations(m: Measurements, half: int | None = None, piece: int | None = None) -> list[fit.Observation]:
     """What the fit reads: the cold prompts (each length's repeats as one observation, their median),
     each opening sent again with new text after it, the rows probe's calls, and the replies' times
     per token (1 to 4 streams at once, and the follow-ups' after a long opening). Streams sent at
@@ -116,33 +118,33 @@ def observations(m: Measurements, half: int | None = None) -> list[fit.Observati
     call, nor an opening's cold call: a long prompt measured once can be caught by a busy moment
     and bend the cold curve, which the cold repeats give. `half` 0 or 1: that half of them, for
     the held-out error (each length's repeats alternately, or the lengths, where each was sent
-    once; the other calls alternately); None: all."""
+    once; the other calls alternately); None: all. `piece`: as `alone`."""
     groups = [g for g in m.cold if g]
     if half is not None:
         groups = [g[half::2] for g in groups] if all(len(g) > 1 for g in groups) else groups[half::2]
     warm = [s for o in m.openings for s in o.warm if s.cached_tokens is not None]
     rows = [s for s in m.rows if s.cached_tokens is not None]
-    prompts = [alone(s) for s in [*warm, *rows]]
+    prompts = [alone(s, piece) for s in [*warm, *rows]]
     replies = [s for o in m.openings for s in o.warm if s.output_tokens >= FOLLOW_UP_MAX_TOKENS // 2]
     seats = m.facts.seats if m.facts is not None else None  # k streams sent at once decode k at
     gaps = [gap(s, min(k, seats or k)) for k, got in m.decode.items() for s in got]  # once if seated
     gaps += [gap(s, 1) for s in replies]
     rest = prompts + [g for g in gaps if g is not None]
-    return cold_lengths(groups) + (rest if half is None else rest[half::2])
+    return cold_lengths(groups, piece) + (rest if half is None else rest[half::2])
 
 
-def cold_lengths(groups: list[list[Sample]]) -> list[fit.Observation]:
+def cold_lengths(groups: list[list[Sample]], piece: int | None = None) -> list[fit.Observation]:
     """Each cold length's repeats as one observation: the repeat of median time (of an even number,
     the lower of the middle two), with its own length (repeats differ by a few tokens: a median
     time at another repeat's length put the point off by 2%)."""
-    return [alone(sorted(g, key=lambda s: s.ttft_ms)[(len(g) - 1) // 2]) for g in groups]
+    return [alone(sorted(g, key=lambda s: s.ttft_ms)[(len(g) - 1) // 2], piece) for g in groups]
 
 
-def fit_terms(m: Measurements) -> tuple[fit.TermsFit, fit.TermsFit]:
+def fit_terms(m: Measurements, piece: int | None = None) -> tuple[fit.TermsFit, fit.TermsFit]:
     """The one fit of every term (fit.fit_structure), its pieces and tiles searched where the rows
-    probe has enough calls after its opening; and the fit without them."""
-    halves = (observations(m, 0), observations(m, 1))
-    return fit.fit_structure(observations(m), halves, len(rows_after_opening(m)) >= ROWS_NEEDED)
+    probe has enough calls after its opening; and the fit without them. `piece`: as `alone`."""
+    halves = (observations(m, 0, piece), observations(m, 1, piece))
+    return fit.fit_structure(observations(m, None, piece), halves, len(rows_after_opening(m)) >= ROWS_NEEDED)
 
 
 def twin_rounds(
@@ -156,8 +158,7 @@ def twin_rounds(
     their replies) sent at once to a fresh practice-server model with these settings,
     `batch_tokens` `batch` and `batch_slowdown` `slowdown` (MLX's, every prompt waiting at once:
     its step policy too), the practice server's own delivery time added back."""
-    more = {"batch_tokens": batch, "batch_slowdown": slowdown, **step_policy(batch)}
-    s = dataclasses.replace(DEFAULTS, **{**settings, **more})
+    s = dataclasses.replace(DEFAULTS, **{**settings, **batch_settings(batch, slowdown)})
     out = []
     for r in rounds:
         model = PracticeModel(s)
@@ -166,11 +167,18 @@ def twin_rounds(
     return out
 
 
-def step_policy(batch: int | None) -> dict[str, str]:
-    """The step policy that goes with a batch size: MLX's batches (every prompt waiting read at
-    once) read every prompt waiting before a step writes reply tokens (loop.py, POLICIES: mlx);
-    a step of a size is llama.cpp's (the default)."""
-    return {"step_policy": "mlx"} if batch == fit.ALL_AT_ONCE else {}
+MLX_STEP = 2048
+"""mlx_lm.server's --prefill-step-size (2,048 by default): each prompt waiting puts up to this many
+tokens in a step (mlx_lm/generate.py, BatchGenerator). Calibrate cannot ask the server for it."""
+
+
+def batch_settings(batch: int | None, slowdown: float = 0.0) -> dict[str, Any]:
+    """The settings that go with a batch size the search found: a size is llama.cpp's -b (step
+    policy llamacpp, the default); MLX's batches (fit.ALL_AT_ONCE: every prompt waiting read at
+    once) are its own policy (loop.py, POLICIES: mlx), each prompt in pieces of MLX_STEP."""
+    if batch == fit.ALL_AT_ONCE:
+        return {"batch_tokens": MLX_STEP, "batch_slowdown": slowdown, "step_policy": "mlx"}
+    return {"batch_tokens": batch, "batch_slowdown": slowdown}
 
 
 def pushed_finding(m: Measurements) -> fit.HostFinding | None:
@@ -212,11 +220,7 @@ def build(
     intervals = {k: fit.median(v) for k, v in gaps.items() if v}
     intervals = {k: v for k, v in intervals.items() if v > 0}  # (gaps of 0: chunks read in one burst)
 
-    settings: dict[str, Any] = {
-        "overhead_ms": fit.sig(max(0.0, found.overhead_ms - delivery_ms)),
-        **found.settings(),
-        "chars_per_token": fit.sig(tokens),
-    }
+    settings: dict[str, Any] = {**fitted_settings(found, delivery_ms), "chars_per_token": fit.sig(tokens)}
     facts = m.facts
     settings |= cache_settings(cache, facts.seats)
     if facts.seats:
@@ -227,19 +231,20 @@ def build(
     if host is not None and host.kept == "yes" and settings.get("cache_mode") == "seat-prefix":
         # llama.cpp keeps at least its whole context (-c), more while --cache-ram's MiB allow
         settings["host_cache_tokens"] = settings.get("context_tokens", facts.seat_context or 0)
-    shared, dropped = (
-        fit.supported_batch(rounds, lambda b, s: twin_rounds(settings, delivery_ms, cold_rounds, b, s))
-        if rounds
-        else (fit.BatchFit(None, 0.0, 0.0, []), None)
-    )
+    shared, dropped = search_batch(settings, delivery_ms, cold_rounds)
+    if shared.tokens == fit.ALL_AT_ONCE:  # MLX's batches: its prompts are read MLX_STEP at a time
+        found, none, settings, shared, dropped = in_mlx_pieces(
+            m, (found, none, settings, shared, dropped), delivery_ms, cold_rounds
+        )
     batch, batch_err, twin_ms = shared.tokens, shared.error_pct, shared.twin_ms
-    settings["batch_tokens"] = "none" if batch is None else batch  # TOML has no null: the flag's word
-    if batch is not None:
-        settings["batch_slowdown"] = shared.slowdown
-    settings |= step_policy(batch)
+    if batch is None:
+        settings["batch_tokens"] = "none"  # TOML has no null: the flag's word
+    else:
+        settings |= batch_settings(batch, shared.slowdown)
 
     rates = fit.structure(found.ubatch_tokens, found.tile_tokens)
-    residuals = [abs(r) for r in residuals_pct(cold_lengths([g for g in m.cold if g]), found, rates)]
+    piece = MLX_STEP if batch == fit.ALL_AT_ONCE else None
+    residuals = [abs(r) for r in residuals_pct(cold_lengths([g for g in m.cold if g], piece), found, rates)]
     about = {
         "schema": SCHEMA,
         "engine": facts.engine,
@@ -293,6 +298,43 @@ def build(
             "terms_left_out": [*found.left_out, *([dropped] if dropped else [])],
         },
     )
+
+
+Found = tuple[fit.TermsFit, fit.TermsFit, dict[str, Any], fit.BatchFit, "str | None"]
+"""What calibrate found of the terms and the steps: the fit, the fit with no piece read row by
+row, the settings, how prompts sent at once share steps, and what that search left out."""
+
+
+def in_mlx_pieces(
+    m: Measurements, first: Found, delivery_ms: float, cold_rounds: list[list[Sample]]
+) -> Found:
+    """MLX's batches read each prompt MLX_STEP tokens at a time, and the masked term prices each
+    piece's square: the terms fitted again with the prompts in those pieces, and the batch search
+    redone with them. Kept if the search still finds MLX's batches; else `first`."""
+    found, _, settings, _, _ = first
+    mlx, mlx_none = fit_terms(m, MLX_STEP)
+    rest = {k: v for k, v in settings.items() if k not in fitted_settings(found, delivery_ms)}
+    again = {**fitted_settings(mlx, delivery_ms), **rest}
+    shared, dropped = search_batch(again, delivery_ms, cold_rounds)
+    return (mlx, mlx_none, again, shared, dropped) if shared.tokens == fit.ALL_AT_ONCE else first
+
+
+def fitted_settings(found: fit.TermsFit, delivery_ms: float) -> dict[str, Any]:
+    """The settings the terms' fit gives: the overhead (less the practice server's own delivery
+    time, which the twin adds back) and each term's setting (fit.TermsFit.settings)."""
+    return {"overhead_ms": fit.sig(max(0.0, found.overhead_ms - delivery_ms)), **found.settings()}
+
+
+def search_batch(
+    settings: dict[str, Any], delivery_ms: float, cold_rounds: list[list[Sample]]
+) -> tuple[fit.BatchFit, str | None]:
+    """How the prompts sent at once were shared out in steps (fit.supported_batch, the twin booking
+    each round with these settings, on its seats); no batches where no round was read cold."""
+    if not cold_rounds:
+        return fit.BatchFit(None, 0.0, 0.0, []), None
+    rounds = [[s.ttft_ms for s in r] for r in cold_rounds]
+    twin = functools.partial(twin_rounds, settings, delivery_ms, cold_rounds)
+    return fit.supported_batch(rounds, twin, settings.get("seats"))
 
 
 def cache_settings(cache: fit.CacheFinding, seats: int | None) -> dict[str, Any]:

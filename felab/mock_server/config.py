@@ -116,6 +116,12 @@ class Settings:
         "linearly with the prompt (0: linear, as lesson 06's)",
         low=0, column="attention ns", twin=True,
     )  # fmt: skip
+    # bound (term_bounds): at most 2 x TERM_SHARE_S / context²: u²/2 <= context²/2
+    masked_attention_ns: float = setting(
+        0.0, "what each pair of a piece's new tokens costs again when the engine computes them as a "
+        "whole square and masks half (mlx_lm on a CPU), ns (0: a causal kernel, as llama.cpp's)",
+        low=0, column="masked ns", twin=True,
+    )  # fmt: skip
     # bound (term_bounds): at least context x (1 + slowdown x (seats - 1)) / TERM_SHARE_S
     decode_tps: float = setting(
         400.0, "decode rate per stream, reply tokens per second, with one stream decoding",
@@ -195,7 +201,8 @@ class Settings:
         "llamacpp", "with --batch-tokens: whose prompt tokens fill a step, after a token of each stream "
         "decoding: llamacpp (by seat: llama.cpp walks its slots in order), vllm (by arrival: vLLM's and "
         "SGLang's chunked prefill) or mlx (by arrival, prefill first: a first token waits while prompts "
-        "that came during its prefill are read, as mlx_lm.server's batches)",
+        "that came during its prefill are read, as mlx_lm.server's batches; each prompt waiting puts up "
+        "to --batch-tokens of its own in a step, mlx_lm's --prefill-step-size)",
         choices=POLICIES, column="step policy",
     )  # fmt: skip
     batch_slowdown: float = setting(
@@ -323,6 +330,7 @@ class Settings:
             self.prefill_tps,
             self.decode_tps,
             attention_ns=self.prefill_attention_ns,
+            masked_attention_ns=self.masked_attention_ns,
             decode_slowdown=self.decode_slowdown,
             cached_token_us=self.cached_token_us,
             decode_context_ns=self.decode_context_ns,
@@ -415,6 +423,7 @@ def term_bounds(s: Settings) -> list[tuple[str, float, float, str]]:
 
         prefill      C / prefill_tps                      prefill_tps >= C / share
         attention    attention · u·(c + u/2) <= attention · C²/2        <= 2 share / C²
+        masked       masked · u²/2 <= masked · C²/2                     <= 2 share / C²
         cached       cached_token_us · c <= cached_token_us · C         <= share / C
         last piece   untiled · rows·(c + u), rows < tile: <= untiled · (tile - 1) · C
         decode       R · (1 + slowdown·(k - 1)) / decode_tps, R <= C  (no seats: one stream)
@@ -425,6 +434,7 @@ def term_bounds(s: Settings) -> list[tuple[str, float, float, str]]:
     bounds = [
         ("prefill_tps", s.prefill_tps, c / share, "at least"),
         ("prefill_attention_ns", s.prefill_attention_ns, 2 * share / c**2 * 1e9, "at most"),
+        ("masked_attention_ns", s.masked_attention_ns, 2 * share / c**2 * 1e9, "at most"),
         ("cached_token_us", s.cached_token_us, share / c * 1e6, "at most"),
         ("decode_tps", s.decode_tps, c * streams / share, "at least"),
         ("decode_context_ns", s.decode_context_ns, 4 * share / (k * c**2) * 1e9, "at most"),

@@ -80,12 +80,15 @@ class Turn(Prefill):
         return self.end + max(self.reply - 1, 0) * self.gap
 
 
+MLX_PROMPTS = 8
+"""Prompts mlx_lm.server reads in one step at most (its --prompt-concurrency, 8 by default)."""
 POLICIES = ("llamacpp", "vllm", "mlx")
 """Whose prompt tokens a step takes first (--step-policy): by seat (llama.cpp), or by arrival
 (vLLM's and SGLang's schedulers: `by_arrival`); mlx: by arrival, and prefill first (`prefill_first`):
 mlx_lm.server reads every prompt waiting before the step that writes reply tokens, so a prompt's
 first token waits for the prompts that came while it was read (measured: 2 prompts sent at once,
-1,290 to 1,420 ms each, one alone 720 to 800)."""
+1,290 to 1,420 ms each, one alone 720 to 800); and each prompt puts up to `batch_tokens` of its
+own in a step, its --prefill-step-size (`_take`)."""
 
 
 class Loop:
@@ -277,16 +280,10 @@ class Loop:
     def _form(self, ready: list[Turn], clock: float, running: list[Stream]) -> EngineStep:
         """The step formed at `clock` from the turns ready, by rank: each as many tokens as fit.
         A turn whose last token it holds starts writing its reply: it joins `running`."""
-        parts: list[tuple[Turn, int]] = []
         if self.showing and not (self.steps and self.steps[-1].end == clock):  # a gap: shown, decoding
             self._show(running)
         decodes = _decodes(running, clock)  # their tokens take their room first
-        budget = room = max(self.batch_tokens - len(decodes), 1)  # (decode alone is no step here)
-        for t in ready:
-            if (k := min(room, t.tokens - t.read)) <= 0:
-                break
-            parts.append((t, k))
-            room -= k
+        parts, budget = self._take(ready, len(decodes))
         pieces = tuple(Piece(k, t.cached + t.read, opens=not t.read, cached=t.cached) for t, k in parts)
         batch = Step(pieces, decodes)
         step = EngineStep(clock, clock + self.price(batch), parts, budget)
@@ -298,6 +295,23 @@ class Loop:
             t.shown = step
         self.steps.append(step)
         return step
+
+    def _take(self, ready: list[Turn], decoding: int) -> tuple[list[tuple[Turn, int]], int]:
+        """The prompt tokens of each turn in a step, and the step's budget. llama.cpp and vLLM: one
+        budget of `batch_tokens` (less a token for each stream decoding), filled by rank. MLX (prefill
+        first): each prompt waiting puts in up to `batch_tokens` of its own (mlx_lm's
+        --prefill-step-size, 2,048), MLX_PROMPTS of them at most (its --prompt-concurrency)."""
+        parts: list[tuple[Turn, int]] = []
+        if self.prefill_first:
+            parts = [(t, min(self.batch_tokens, t.tokens - t.read)) for t in ready[:MLX_PROMPTS]]
+            return parts, self.batch_tokens * MLX_PROMPTS
+        budget = room = max(self.batch_tokens - decoding, 1)  # (decode alone is no step here)
+        for t in ready:
+            if (k := min(room, t.tokens - t.read)) <= 0:
+                break
+            parts.append((t, k))
+            room -= k
+        return parts, budget
 
     def _read(self, turn: Turn, step: EngineStep, running: list[Stream]) -> None:
         """`turn`'s last token is in `step`: its first token comes at its end, and it starts writing

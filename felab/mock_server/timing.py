@@ -57,6 +57,7 @@ class TimingModel:
     prefill_tokens_per_s: float
     decode_tokens_per_s: float
     attention_ns: float = 0.0
+    masked_attention_ns: float = 0.0
     decode_slowdown: float = 0.0
     cached_token_us: float = 0.0
     decode_context_ns: float = 0.0

@@ -31,6 +31,7 @@ def _registry() -> tuple[Term, ...]:
         decode_context,
         decode_rate,
         decode_slowdown,
+        masked,
         prefill_rate,
         untiled,
     )
@@ -38,6 +39,7 @@ def _registry() -> tuple[Term, ...]:
     return (
         prefill_rate.TERM,
         attention.TERM,
+        masked.TERM,
         cached_floor.TERM,
         untiled.TERM,
         batch_slowdown.TERM,
