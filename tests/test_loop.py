@@ -155,36 +155,36 @@ def test_the_vllm_policy_takes_prompts_by_arrival() -> None:
     assert [x.first_token_at for x in (a, b, c, d)] == pytest.approx([0.9196608, 1.5154368, 2.45088, 3.0])
 
 
-def test_with_prefill_first_a_first_token_waits_for_the_prompts_that_came_during_its_prefill() -> None:
-    # mlx_lm.server (--step-policy mlx): every prompt waiting is read before the step that writes
-    # reply tokens. a (1,000 tokens) comes at 0; b (1,000) 2 ms later, during a's step; c (500)
-    # at 1 s, after both first tokens, when nothing is being read.
-    #  step 1 at 0:      a 1,000 (after 0): 0.1 + 100e-9·1,000·500 = 0.15    -> 0.15
-    #  step 2 at 0.15:   b 1,000 (b came at 0.002, so it was waiting)  0.15    -> 0.30: a's and b's
-    #  step 3 at 1.0:    c 500: 0.05 + 100e-9·500·250 = 0.0625                -> 1.0625: c's alone
-    # By seat (llamacpp, no seats: by arrival too), a's first token is its own step's end, 0.15.
+def test_with_prefill_first_a_first_token_waits_for_the_steps_of_the_prompts_taken_with_it() -> None:
+    # mlx_lm.server (--step-policy mlx) reads the prompts it took together in one run of steps,
+    # and a first token comes once the run has no prompt left to read. With a 5 ms overhead, a
+    # (1,000 tokens) comes at 0 and b (3,000) 2 ms later, within a's parsing: both taken at 0.005.
+    #  step 1 at 0.005:  a 1,000 and b 2,048: 0.15 + 0.4145152                     -> 0.5695152
+    #  step 2:           b 952 after 2,048: 0.0952 + 100e-9·952·2,524 = 0.3354848  -> 0.905
+    # a's first token at 0.905 with b's. By seat (llamacpp), b is ready at 0.007, after a's step
+    # began: a's first token is its own step's end, 0.155.
     firsts = {}
     for policy in ("mlx", "llamacpp"):
-        m = model(step_policy=policy, block_tokens=16)
+        m = model(step_policy=policy, block_tokens=16, overhead_ms=5.0)
         a = m.book(prompt(1000, 0), 1, 0.0, 0.0)
-        b = m.book(prompt(1000, 1), 1, 0.002, 0.002)
-        c = m.book(prompt(500, 2), 1, 1.0, 1.0)
-        firsts[policy] = [x.first_token_at for x in (a, b, c)]
-    assert firsts["mlx"] == pytest.approx([0.30, 0.30, 1.0625])
-    assert firsts["llamacpp"] == pytest.approx([0.15, 0.30, 1.0625])
+        b = m.book(prompt(3000, 1), 1, 0.002, 0.002)
+        firsts[policy] = a.first_token_at
+        if policy == "mlx":
+            assert a.first_token_at == b.first_token_at == pytest.approx(0.905)
+    assert firsts == pytest.approx({"mlx": 0.905, "llamacpp": 0.155})
 
 
 def test_with_prefill_first_a_hang_up_in_the_chain_brings_the_first_tokens_before_it_back() -> None:
-    # The same a and b; b hangs up at 0.1, before its step: a's first token is its own step's
-    # end again (0.15), and the booking core is told it moved (its waiter wakes sooner).
-    m = model(step_policy="mlx", block_tokens=16)
+    # The same a and b; b hangs up at 0.1, during step 1 (computed whole): it leaves step 2, and
+    # a's first token is step 1's end again (0.5695152); the booking core is told it moved.
+    m = model(step_policy="mlx", block_tokens=16, overhead_ms=5.0)
     moved: list[Booking] = []
     m.on_moved = moved.extend
     a = m.book(prompt(1000, 0), 1, 0.0, 0.0)
-    b = m.book(prompt(1000, 1), 1, 0.002, 0.002)
-    assert a.first_token_at == pytest.approx(0.30)
+    b = m.book(prompt(3000, 1), 1, 0.002, 0.002)
+    assert a.first_token_at == pytest.approx(0.905)
     assert m.cancel(b, now=0.1) and a in moved
-    assert a.first_token_at == pytest.approx(0.15)
+    assert a.first_token_at == pytest.approx(0.5695152)
 
 
 def test_mlx_reads_each_prompt_waiting_in_pieces_of_its_own() -> None:
@@ -201,3 +201,88 @@ def test_mlx_reads_each_prompt_waiting_in_pieces_of_its_own() -> None:
     assert [parts(s, a, b) for s in steps] == [[("a", 2048), ("b", 2048)], [("a", 952), ("b", 952)]]
     assert steps[0].end == pytest.approx(2 * 0.4145152)
     assert a.first_token_at == b.first_token_at == pytest.approx(1.5)
+
+
+def test_mlx_takes_a_prompt_sent_during_a_reply_only_when_its_run_of_steps_has_lasted_half_a_second() -> None:
+    # mlx_lm.server takes new requests between runs of steps; a run goes on while there is work,
+    # until it has lasted more than 0.5 s (BUDGET_S, its TimeBudget). a: 1,000 tokens at 0, a
+    # 400-token reply (decode at 400 tokens/s: a token every 2.5 ms, its last at 0.15 + 399 x
+    # 0.0025 = 1.1475). b: 500 tokens, sent while a's reply streams (or before, or after it):
+    #  a's step 0 to 0.15, its run from 0; b taken at the next take at or after it comes:
+    #  0.5 (the run's budget), then 1.0; after 1.1475 nothing runs: at once.
+    #  b's step: 0.05 + 100e-9 x 500 x 250 = 0.0625, with a's decode token (0.0025) in it: 0.065.
+    for sent, taken in ((0.05, 0.5), (0.3, 0.5), (0.7, 1.0), (1.2, 1.2)):
+        m = model(step_policy="mlx", block_tokens=16)
+        a = m.book(prompt(1000, 0), 400, 0.0, 0.0)
+        b = m.book(prompt(500, 1), 1, sent, sent)
+        decoding = 0.0025 if taken < a.reply_end else 0.0
+        assert a.first_token_at == pytest.approx(0.15)  # b never joins a's prefill
+        assert b.first_token_at == pytest.approx(taken + 0.0625 + decoding), sent
+    # By seat (llama.cpp, no budget), b sent at 0.3 is read at once: 0.3 + 0.065.
+    m = model(step_policy="llamacpp", block_tokens=16)
+    m.book(prompt(1000, 0), 400, 0.0, 0.0)
+    assert m.book(prompt(500, 1), 1, 0.3, 0.3).first_token_at == pytest.approx(0.365)
+
+
+def test_mlx_takes_a_prompt_at_the_end_of_the_step_that_spends_the_budget() -> None:
+    # a: 5,000 tokens at 0, read in pieces of 2,048; b: 500 tokens at 0.1.
+    #  step 1, 0 to 0.4145152: a 2,048. The run has lasted 0.41 s: it goes on, without b.
+    #  step 2, to 1.2484608: a 2,048 after 2,048 (0.2048 + 100e-9 x 2,048 x 3,072). Over 0.5 s:
+    #  b is taken, and step 3 holds a's last 904 and b's 500 (a new run, from 1.2484608).
+    m = model(step_policy="mlx", block_tokens=16)
+    a = m.book(prompt(5000, 0), 1, 0.0, 0.0)
+    b = m.book(prompt(500, 1), 1, 0.1, 0.1)
+    steps = list(loop_of(m).steps)
+    assert [parts(s, a, b) for s in steps] == [[("a", 2048)], [("a", 2048)], [("a", 904), ("b", 500)]]
+    assert steps[1].end == pytest.approx(1.2484608)
+    assert steps[2].run == steps[2].start == steps[1].end
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_mlx_steps_hold_only_prompts_taken_when_their_run_began(seed: int) -> None:
+    # Random prompts, replies and hang-ups on the mlx policy: the plan ends (no step is waited for
+    # forever), steps follow one another, and each holds only prompts that had come by the start
+    # of its run; a run that has lasted over BUDGET_S takes no step more without a new take.
+    import random
+
+    from felab.mock_server.loop import BUDGET_S
+
+    rng = random.Random(seed)
+    m = model(step_policy="mlx", block_tokens=16, batch_tokens=rng.choice([256, 2048]))
+    live: list[Booking] = []
+    now = 0.0
+    for i in range(25):
+        now += rng.random() * 0.2
+        for b in [b for b in live if b.reply_end <= now]:
+            m.finish(b)
+            live.remove(b)
+        if live and rng.random() < 0.2:
+            m.cancel(live.pop(rng.randrange(len(live))), now)
+        else:
+            live.append(m.book(prompt(rng.randint(16, 3000), i), rng.randint(1, 300), now, now))
+        steps = list(loop_of(m).steps)
+        for before, step in zip(steps, steps[1:], strict=False):
+            assert step.start >= before.end - 1e-12
+            if step.start == before.end and step.run == before.run:
+                assert step.start - step.run <= BUDGET_S + 1e-9, (seed, i)
+        for step in steps:
+            assert all(t.ready_at <= step.run + 1e-12 for t, _ in step.parts), (seed, i)
+            assert step.run <= step.start
+
+
+def test_mlx_takes_the_requests_that_come_while_it_takes_one() -> None:
+    # With an overhead of 5 ms (a request's parsing: its prefill may start 5 ms after it came),
+    # mlx_lm.server takes with a request every one that comes within that time: they share the
+    # first step. a comes at 0 (ready at 0.005); b at 0.004 (ready 0.009, within 0.005 + 0.005):
+    # one step of a's and b's 1,000 tokens, 2 x 0.15: both first tokens at 0.305. c at 0.011
+    # (ready 0.016): taken once a's and b's run is over (nothing else to do then: at 0.305).
+    m = model(step_policy="mlx", block_tokens=16, overhead_ms=5.0)
+    a = m.book(prompt(1000, 0), 1, 0.0, 0.0)
+    b = m.book(prompt(1000, 1), 1, 0.004, 0.004)
+    steps = list(loop_of(m).steps)
+    assert [parts(s, a, b) for s in steps] == [[("a", 1000), ("b", 1000)]]
+    assert a.first_token_at == b.first_token_at == pytest.approx(0.305)
+    m = model(step_policy="mlx", block_tokens=16, overhead_ms=5.0)
+    a = m.book(prompt(1000, 0), 1, 0.0, 0.0)
+    c = m.book(prompt(1000, 1), 1, 0.011, 0.011)
+    assert a.first_token_at == pytest.approx(0.155) and c.first_token_at == pytest.approx(0.305)

@@ -154,7 +154,8 @@ class PracticeModel:
         if settings.batch_tokens is not None:  # first tokens at the ends of engine steps (loop.py)
             for r in self.fleet.replicas:
                 policy = settings.step_policy
-                r.lane = Loop(settings.batch_tokens, self.timing, policy == "vllm", policy == "mlx")
+                parse_s = self.timing.overhead_ms / 1000
+                r.lane = Loop(settings.batch_tokens, self.timing, policy == "vllm", policy == "mlx", parse_s)
         self.ids = itertools.count()
         self.live: dict[str, Booking] = {}
         """Bookings whose reply is not over, in the order they were booked."""

@@ -202,7 +202,8 @@ class Settings:
         "decoding: llamacpp (by seat: llama.cpp walks its slots in order), vllm (by arrival: vLLM's and "
         "SGLang's chunked prefill) or mlx (by arrival, prefill first: a first token waits while prompts "
         "that came during its prefill are read, as mlx_lm.server's batches; each prompt waiting puts up "
-        "to --batch-tokens of its own in a step, mlx_lm's --prefill-step-size)",
+        "to --batch-tokens of its own in a step, mlx_lm's --prefill-step-size; and a request waits for the "
+        "run of steps under way to pass 0.5 s, mlx_lm's time budget, before it is taken)",
         choices=POLICIES, column="step policy",
     )  # fmt: skip
     batch_slowdown: float = setting(

@@ -40,6 +40,8 @@ class EngineStep:
     parts: list[tuple[Turn, int]]
     room: int = 0
     """The prompt tokens it had room for (its budget, less a token for each stream decoding)."""
+    run: float = 0.0
+    """With prefill first (mlx): when the run of steps it is in began, taking the requests waiting."""
 
 
 @dataclass(eq=False, slots=True)
@@ -89,6 +91,11 @@ mlx_lm.server reads every prompt waiting before the step that writes reply token
 first token waits for the prompts that came while it was read (measured: 2 prompts sent at once,
 1,290 to 1,420 ms each, one alone 720 to 800); and each prompt puts up to `batch_tokens` of its
 own in a step, its --prefill-step-size (`_take`)."""
+BUDGET_S = 0.5
+"""mlx_lm.server takes new requests only between runs of steps (`_taken_by`): a run goes on while
+there is work, until it has lasted more than 0.5 s (its TimeBudget, server.py). A prompt sent while
+another's reply streams waits for the run's end (measured: a 12-word prompt 50 ms into a 400-token
+reply, 476 to 481 ms, alone 14 to 18)."""
 
 
 class Loop:
@@ -97,11 +104,18 @@ class Loop:
     before any prompt token; vLLM schedules running requests first); prompts fill the rest."""
 
     def __init__(
-        self, batch_tokens: int, rates: terms.Rates, by_arrival: bool = False, prefill_first: bool = False
+        self,
+        batch_tokens: int,
+        rates: terms.Rates,
+        by_arrival: bool = False,
+        prefill_first: bool = False,
+        parse_s: float = 0.0,
     ) -> None:
         self.batch_tokens, self.rates, self.by_arrival = batch_tokens, rates, by_arrival or prefill_first
         self.prefill_first = prefill_first
         """A first token comes only once no prompt waits: at the end of the steps formed back to back."""
+        self.parse_s = parse_s
+        """A request's time from its arrival to its prefill's earliest start (the overhead)."""
         self.showing: list[Turn] = []
         """With prefill first: the turns whose first tokens wait for the last step formed to end."""
         self.price = terms.pricer(rates)
@@ -118,6 +132,8 @@ class Loop:
         self.arrivals = itertools.count()
         self.replanned: list[Turn] = []
         """The turns the last plan placed again (their first tokens may have moved)."""
+        self.before: tuple[float, float] | None = None
+        """The end and run of the last step dropped (`forget`): the last step when none is kept."""
 
     def book(self, ready: float, now: float, new: int, cached: int, rank: float | None, reply: int) -> Turn:
         """A prompt of `new` tokens after `cached`, ready at `ready` with this `rank` (its seat; None,
@@ -129,7 +145,7 @@ class Loop:
         turn.reply, turn.gap = reply, self.price(Step(decodes=(context,)))
         self.span = max(self.span, (reply - 1) * turn.gap)
         self.queue.append(turn)
-        self._plan(now, self._untouched(turn, max(ready, now)), [turn])
+        self._plan(now, self._untouched(turn, max(ready - self._window(), now)), [turn])
         return turn
 
     def alone_s(self, tokens: int, cached: int = 0) -> float:
@@ -141,7 +157,8 @@ class Loop:
         while self.queue and self.queue[0].end <= now:
             self.queue.popleft()
         while self.steps and all(t.end <= now for t, _ in self.steps[0].parts):
-            self.steps.popleft()
+            step = self.steps.popleft()
+            self.before = step.end, step.run
         for t in list(itertools.takewhile(lambda t: t.end < now - self.span, self.streams.values())):
             del self.streams[id(t)]  # replies over (the streams are in order of first token)
 
@@ -200,7 +217,7 @@ class Loop:
         `rank` (its seat), as a newcomer is booked. The turns that plan placed again."""
         turn.ready_at, turn.rank = ready_at, turn.rank if self.by_arrival else rank
         self.queue.append(turn)
-        self._plan(now, self._untouched(turn, max(ready_at, now)), [turn])
+        self._plan(now, self._untouched(turn, max(ready_at - self._window(), now)), [turn])
         return self.replanned
 
     def _untouched(self, turn: Turn, since: float) -> float:
@@ -262,10 +279,73 @@ class Loop:
     def _next(self, turns: list[Turn], clock: float, running: list[Stream]) -> float:
         """Form the step at `clock` from the turns ready by then, and return its end; with none
         ready, form nothing and return when the first of them is."""
-        ready = sorted((t for t in turns if t.ready_at <= clock), key=lambda t: t.rank)
+        taken = self._taken_by(turns, clock, running) if self.prefill_first else clock
+        came = taken + self._window()  # (prefill first: the requests that came by the take)
+        ready = sorted((t for t in turns if t.ready_at <= came), key=lambda t: t.rank)
         if not ready:
-            return min(t.ready_at for t in turns)
-        return self._form(ready, clock, running).end
+            return min(self._take_after(t.ready_at, running) for t in turns)
+        if (first := min(t.ready_at for t in ready)) > clock:  # taken before it was ready (parsed)
+            return first
+        if self.prefill_first and self._idle(turns, clock, running):
+            self._show(running)  # taken when idle: the run before wrote its first tokens and replies
+        step = self._form(ready, clock, running)
+        step.run = taken
+        return step.end
+
+    def _window(self) -> float:
+        """mlx_lm.server takes, one by one, the requests that came by a take, and each that comes
+        while it takes (parses) the others: those ready within one overhead of the take. Requests
+        sent at once are so taken together (measured: 4 at once, first tokens within 11 ms)."""
+        return self.parse_s if self.prefill_first else 0.0
+
+    def _last(self) -> tuple[float, float] | None:
+        """The last step's end and the start of its run (None: no step yet)."""
+        return (self.steps[-1].end, self.steps[-1].run) if self.steps else self.before
+
+    def _idle_from(self, running: list[Stream], last_end: float) -> float:
+        """When the engine runs out of work: its last step is over and every reply written."""
+        return max([last_end, *(s[1] for s in running), *(t.reply_end for t in self.showing)])
+
+    def _idle(self, turns: list[Turn], clock: float, running: list[Stream]) -> bool:
+        """Whether the engine has no work at `clock`: no prompt of its run left to read, and its last
+        step and every reply over."""
+        last = self._last()
+        if last is None or any(t.ready_at <= last[1] + self._window() for t in turns):
+            return last is None
+        return clock >= self._idle_from(running, last[0])
+
+    def _taken_by(self, turns: list[Turn], clock: float, running: list[Stream]) -> float:
+        """mlx_lm.server: the last time by `clock` it took the requests waiting. It takes them when
+        it has no work, else when a run of steps has lasted BUDGET_S: at the end of the step under
+        way, or, with replies alone to write (steps of a few ms, not formed here), BUDGET_S into the
+        run; then a new run begins."""
+        last = self._last()
+        if last is None:
+            return clock
+        end, run = last
+        if clock == end and any(t.ready_at <= run + self._window() for t in turns):  # prompts taken,
+            return clock if clock - run > BUDGET_S else run  # still to read: is the budget spent?
+        if self._idle(turns, clock, running):
+            return clock  # no work: it takes a request the moment it comes
+        first = max(end, run + BUDGET_S)  # replies alone: a take each BUDGET_S
+        if clock < first:
+            return run
+        return first + math.floor((clock - first) / BUDGET_S + 1e-9) * BUDGET_S
+
+    def _take_after(self, ready: float, running: list[Stream]) -> float:
+        """When a request waiting since `ready` is taken, with no prompt left to read in the run:
+        at once if the engine is idle, else at the next take while replies are written, or when
+        the last reply is done (`_taken_by`). Without prefill first: at `ready`."""
+        last = self._last()
+        if not self.prefill_first or last is None:
+            return ready
+        end, run = last
+        idle, came = self._idle_from(running, end), ready - self._window()
+        if came >= idle:
+            return ready
+        first = max(end, run + BUDGET_S)
+        take = first if came <= first else first + math.ceil((came - first) / BUDGET_S - 1e-9) * BUDGET_S
+        return min(take, idle)
 
     def _waits(self, turn: Turn) -> bool:
         """Whether `turn` has tokens to plan; one all of whose tokens are in steps kept gets the
