@@ -310,9 +310,24 @@ class Loop:
         """Whether the engine has no work at `clock`: no prompt of its run left to read, and its last
         step and every reply over."""
         last = self._last()
-        if last is None or any(t.ready_at <= last[1] + self._window() for t in turns):
+        if last is None or self._in_run(turns, last[1]):
             return last is None
         return clock >= self._idle_from(running, last[0])
+
+    def _in_run(self, turns: list[Turn], run: float) -> bool:
+        """Whether any of `turns` (each with prompt tokens left) was taken by the run from `run`."""
+        return any(t.ready_at <= run + self._window() for t in turns)
+
+    @staticmethod
+    def _reply_take(end: float, run: float, at: float, later: bool) -> float:
+        """A take while replies alone are written after the step ending at `end` (in the run from
+        `run`): the first comes at the first step past the run's budget, then one each BUDGET_S
+        (decode steps of a few ms, not formed here). The last at or before `at` (`run` if none
+        yet), or with `later`, the first at or after it."""
+        first = max(end, run + BUDGET_S)
+        if later:
+            return first + max(0, math.ceil((at - first) / BUDGET_S - 1e-9)) * BUDGET_S
+        return run if at < first else first + math.floor((at - first) / BUDGET_S + 1e-9) * BUDGET_S
 
     def _taken_by(self, turns: list[Turn], clock: float, running: list[Stream]) -> float:
         """mlx_lm.server: the last time by `clock` it took the requests waiting. It takes them when
@@ -323,14 +338,11 @@ class Loop:
         if last is None:
             return clock
         end, run = last
-        if clock == end and any(t.ready_at <= run + self._window() for t in turns):  # prompts taken,
-            return clock if clock - run > BUDGET_S else run  # still to read: is the budget spent?
+        if clock == end and self._in_run(turns, run):  # prompts taken, still to read:
+            return clock if clock - run > BUDGET_S else run  # is the budget spent?
         if self._idle(turns, clock, running):
             return clock  # no work: it takes a request the moment it comes
-        first = max(end, run + BUDGET_S)  # replies alone: a take each BUDGET_S
-        if clock < first:
-            return run
-        return first + math.floor((clock - first) / BUDGET_S + 1e-9) * BUDGET_S
+        return self._reply_take(end, run, clock, later=False)
 
     def _take_after(self, ready: float, running: list[Stream]) -> float:
         """When a request waiting since `ready` is taken, with no prompt left to read in the run:
@@ -343,9 +355,7 @@ class Loop:
         idle, came = self._idle_from(running, end), ready - self._window()
         if came >= idle:
             return ready
-        first = max(end, run + BUDGET_S)
-        take = first if came <= first else first + math.ceil((came - first) / BUDGET_S - 1e-9) * BUDGET_S
-        return min(take, idle)
+        return min(self._reply_take(end, run, came, later=True), idle)
 
     def _waits(self, turn: Turn) -> bool:
         """Whether `turn` has tokens to plan; one all of whose tokens are in steps kept gets the
