@@ -200,10 +200,10 @@ class Settings:
     step_policy: str = setting(
         "llamacpp", "with --batch-tokens: whose prompt tokens fill a step, after a token of each stream "
         "decoding: llamacpp (by seat: llama.cpp walks its slots in order), vllm (by arrival: vLLM's and "
-        "SGLang's chunked prefill) or mlx (by arrival, prefill first: a first token waits while prompts "
-        "that came during its prefill are read, as mlx_lm.server's batches; each prompt waiting puts up "
-        "to --batch-tokens of its own in a step, mlx_lm's --prefill-step-size; and a request waits for the "
-        "run of steps under way to pass 0.5 s, mlx_lm's time budget, before it is taken)",
+        "SGLang's chunked prefill) or mlx (by arrival, prefill first: a first token waits while the prompts "
+        "taken with it are read, as mlx_lm.server's batches; each prompt puts up to --batch-tokens of its "
+        "own in a step, mlx_lm's --prefill-step-size; and a request waits for the run of steps under way "
+        "to pass 0.5 s, mlx_lm's time budget, before it is taken)",
         choices=POLICIES, column="step policy",
     )  # fmt: skip
     batch_slowdown: float = setting(

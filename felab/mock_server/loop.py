@@ -87,15 +87,16 @@ MLX_PROMPTS = 8
 POLICIES = ("llamacpp", "vllm", "mlx")
 """Whose prompt tokens a step takes first (--step-policy): by seat (llama.cpp), or by arrival
 (vLLM's and SGLang's schedulers: `by_arrival`); mlx: by arrival, and prefill first (`prefill_first`):
-mlx_lm.server reads every prompt waiting before the step that writes reply tokens, so a prompt's
-first token waits for the prompts that came while it was read (measured: 2 prompts sent at once,
-1,290 to 1,420 ms each, one alone 720 to 800); and each prompt puts up to `batch_tokens` of its
-own in a step, its --prefill-step-size (`_take`)."""
+mlx_lm.server reads every prompt it has taken before the step that writes reply tokens, so a
+prompt's first token waits for those taken with it or during its run (measured: 2 prompts sent at
+once, 1,290 to 1,420 ms each, one alone 720 to 800); it takes new ones only between runs of steps
+(BUDGET_S); and each prompt puts up to `batch_tokens` of its own in a step, its
+--prefill-step-size (`_take`)."""
 BUDGET_S = 0.5
 """mlx_lm.server takes new requests only between runs of steps (`_taken_by`): a run goes on while
 there is work, until it has lasted more than 0.5 s (its TimeBudget, server.py). A prompt sent while
-another's reply streams waits for the run's end (measured: a 12-word prompt 50 ms into a 400-token
-reply, 476 to 481 ms, alone 14 to 18)."""
+another's reply streams waits for the run's end (measured: a 12-word prompt 0.7 s into a 400-token
+reply, 326 to 334 ms, alone 14 to 22: docs/runs/2026-12-06-mlx-time-budget.md)."""
 
 
 class Loop:
@@ -277,8 +278,9 @@ class Loop:
         self.replanned += [t for t in self.showing if id(t) not in planned]
 
     def _next(self, turns: list[Turn], clock: float, running: list[Stream]) -> float:
-        """Form the step at `clock` from the turns ready by then, and return its end; with none
-        ready, form nothing and return when the first of them is."""
+        """Form the step at `clock` from the turns ready by then (with prefill first: taken by the
+        engine, `_taken_by`), and return its end; with none, form nothing and return when the
+        first of them is ready (taken: `_take_after`)."""
         taken = self._taken_by(turns, clock, running) if self.prefill_first else clock
         came = taken + self._window()  # (prefill first: the requests that came by the take)
         ready = sorted((t for t in turns if t.ready_at <= came), key=lambda t: t.rank)
