@@ -17,6 +17,7 @@ import sys
 import time
 
 import pytest
+from random_traffic import random_traffic
 
 from felab.bench.hangups import TWIN, first_token, open_stream
 from felab.mock_server.booking import Booking, PracticeModel, Prompt
@@ -114,17 +115,10 @@ def test_no_seat_holds_two_requests_at_once(seed: int) -> None:
     # none did, and gave up after len(live) + 1 rounds.)
     rng = random.Random(seed)
     model = twin(seats=rng.choice([1, 2, 4]), batch_tokens=rng.choice([256, 2048]), cache_mode="blocks")
-    live: list[Booking] = []
-    now = 0.0
-    for i in range(30):
-        now += rng.random() * 0.03
-        for b in [b for b in live if b.reply_end <= now]:
-            model.finish(b)
-            live.remove(b)
-        if live and rng.random() < 0.3:
-            model.cancel(live.pop(rng.randrange(len(live))), now)
-        else:
-            live.append(model.book(client(i, rng.randint(10, 3000)), rng.randint(1, 50), now, now))
+    requests = random_traffic(
+        model, rng, 30, 0.03, 0.3, lambda i: (client(i, rng.randint(10, 3000)), rng.randint(1, 50))
+    )
+    for i in requests:
         spans: dict[int, list[tuple[float, float]]] = {}
         for b in model.planned[0].values():
             assert b.seat is not None

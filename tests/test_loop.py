@@ -13,11 +13,14 @@ several pieces takes the sum of theirs.
 
 from __future__ import annotations
 
+import random
+
 import pytest
+from random_traffic import random_traffic
 
 from felab.mock_server.booking import Booking, PracticeModel, Prompt
 from felab.mock_server.config import Settings
-from felab.mock_server.loop import EngineStep, Loop, Turn
+from felab.mock_server.loop import BUDGET_S, EngineStep, Loop, Turn
 
 RATES = {"prefill_tps": 10_000.0, "prefill_attention_ns": 100.0, "overhead_ms": 0.0, "batch_tokens": 2048}
 
@@ -243,23 +246,11 @@ def test_mlx_steps_hold_only_prompts_taken_when_their_run_began(seed: int) -> No
     # Random prompts, replies and hang-ups on the mlx policy: the plan ends (no step is waited for
     # forever), steps follow one another, and each holds only prompts that had come by the start
     # of its run; a run that has lasted over BUDGET_S takes no step more without a new take.
-    import random
-
-    from felab.mock_server.loop import BUDGET_S
-
     rng = random.Random(seed)
     m = model(step_policy="mlx", block_tokens=16, batch_tokens=rng.choice([256, 2048]))
-    live: list[Booking] = []
-    now = 0.0
-    for i in range(25):
-        now += rng.random() * 0.2
-        for b in [b for b in live if b.reply_end <= now]:
-            m.finish(b)
-            live.remove(b)
-        if live and rng.random() < 0.2:
-            m.cancel(live.pop(rng.randrange(len(live))), now)
-        else:
-            live.append(m.book(prompt(rng.randint(16, 3000), i), rng.randint(1, 300), now, now))
+    for i in random_traffic(
+        m, rng, 25, 0.2, 0.2, lambda i: (prompt(rng.randint(16, 3000), i), rng.randint(1, 300))
+    ):
         steps = list(loop_of(m).steps)
         for before, step in zip(steps, steps[1:], strict=False):
             assert step.start >= before.end - 1e-12
