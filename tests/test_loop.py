@@ -20,7 +20,7 @@ from random_traffic import random_traffic
 
 from felab.mock_server.booking import Booking, PracticeModel, Prompt
 from felab.mock_server.config import Settings
-from felab.mock_server.loop import BUDGET_S, EngineStep, Loop, Turn
+from felab.mock_server.loop import BUDGET_S, MLX_SHOW_AFTER, EngineStep, Loop, Turn
 
 RATES = {"prefill_tps": 10_000.0, "prefill_attention_ns": 100.0, "overhead_ms": 0.0, "batch_tokens": 2048}
 
@@ -177,6 +177,26 @@ def test_with_prefill_first_a_first_token_waits_for_the_steps_of_the_prompts_tak
     assert firsts == pytest.approx({"mlx": 0.905, "llamacpp": 0.155})
 
 
+def test_with_prefill_first_a_first_token_comes_two_steps_after_its_last_piece_not_after_all() -> None:
+    # mlx_lm.server returns a first token MLX_SHOW_AFTER (2) steps after the step holding its last
+    # piece (one moves it to the decoding batch, the next writes its token), whatever is read in them.
+    # a: 9,000 tokens and b: 100, sent at once; each puts up to 2,048 of its own in a step:
+    #  step 1 at 0:  a 2,048 (0.4145152) and b 100 (0.01 + 100e-9·100·50 = 0.0105)  -> 0.4250152
+    #  step 2:       a 2,048 after 2,048: 0.2048 + 100e-9·2,048·3,072 = 0.8339456    -> 1.2589608
+    #  step 3:       a 2,048 after 4,096: 0.2048 + 100e-9·2,048·5,120 = 1.253376     -> 2.5123368
+    #  step 4:       a 2,048 after 6,144: 0.2048 + 100e-9·2,048·7,168 = 1.6728064    -> 4.1851432
+    #  step 5:       a 808 after 8,192: 0.0808 + 100e-9·808·8,596 = 0.7753568        -> 4.9605
+    # b's first token at step 3's end, not with a's at step 5's (measured on mlx_lm.server with a
+    # prompt of about 9,000 tokens: the short one 6.8 to 7.0 s, the long one 15.4 to 16.7 s).
+    m = model(step_policy="mlx", block_tokens=16)
+    a = m.book(prompt(9000, 0), 1, 0.0, 0.0)
+    b = m.book(prompt(100, 1), 1, 0.0, 0.0)
+    steps = list(loop_of(m).steps)
+    assert [parts(s, a, b) for s in steps] == [[("a", 2048), ("b", 100)], *[[("a", 2048)]] * 3, [("a", 808)]]
+    assert b.first_token_at == pytest.approx(2.5123368)
+    assert a.first_token_at == pytest.approx(4.9605)
+
+
 def test_with_prefill_first_a_hang_up_in_the_chain_brings_the_first_tokens_before_it_back() -> None:
     # The same a and b; b hangs up at 0.1, during step 1 (computed whole): it leaves step 2, and
     # a's first token is step 1's end again (0.5695152); the booking core is told it moved.
@@ -259,6 +279,14 @@ def test_mlx_steps_hold_only_prompts_taken_when_their_run_began(seed: int) -> No
         for step in steps:
             assert all(t.ready_at <= step.run + 1e-12 for t, _ in step.parts), (seed, i)
             assert step.run <= step.start
+        at = {id(s): k for k, s in enumerate(steps)}
+        for k, step in enumerate(steps):  # a first token: MLX_SHOW_AFTER steps on, or at a gap before
+            for t in (t for t, _ in step.parts if t.last is step):
+                shown = at[id(t.shown or step)]  # (a step of the plan, none planned away)
+                gap = shown + 1 == len(steps) or steps[shown + 1].start > steps[shown].end
+                idle = t.reply <= 1  # (it leaves the engine idle at its step's end: a take at once)
+                early = shown - k < MLX_SHOW_AFTER and (gap or idle)
+                assert shown - k == MLX_SHOW_AFTER or early, (seed, i)
 
 
 def test_mlx_takes_the_requests_that_come_while_it_takes_one() -> None:

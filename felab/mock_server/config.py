@@ -200,8 +200,9 @@ class Settings:
     step_policy: str = setting(
         "llamacpp", "with --batch-tokens: whose prompt tokens fill a step, after a token of each stream "
         "decoding: llamacpp (by seat: llama.cpp walks its slots in order), vllm (by arrival: vLLM's and "
-        "SGLang's chunked prefill) or mlx (by arrival, prefill first: a first token waits while the prompts "
-        "taken with it are read, as mlx_lm.server's batches; each prompt puts up to --batch-tokens of its "
+        "SGLang's chunked prefill) or mlx (by arrival, prefill first: a first token comes two steps "
+        "after its prompt's last piece, so it waits for the pieces read in them, as mlx_lm.server's "
+        "batches; each prompt puts up to --batch-tokens of its "
         "own in a step, mlx_lm's --prefill-step-size; and a request waits for the run of steps under way "
         "to pass 0.5 s, mlx_lm's time budget, before it is taken)",
         choices=POLICIES, column="step policy",

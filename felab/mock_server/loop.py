@@ -42,6 +42,8 @@ class EngineStep:
     """The prompt tokens it had room for (its budget, less a token for each stream decoding)."""
     run: float = 0.0
     """With prefill first (mlx): when the run of steps it is in began, taking the requests waiting."""
+    waiting: tuple[tuple[Turn, int], ...] = ()
+    """With prefill first: the turns whose first tokens still wait after it, and for how many steps."""
 
 
 @dataclass(eq=False, slots=True)
@@ -64,8 +66,10 @@ class Turn(Prefill):
     last: EngineStep | None = None
     """The step holding its last token."""
     shown: EngineStep | None = None
-    """With prefill first (`POLICIES`, mlx): the step at whose end its first token comes, the last
-    of the steps formed back to back after `last` (None: `last`'s)."""
+    """With prefill first (`POLICIES`, mlx): the step at whose end its first token comes, the
+    MLX_SHOW_AFTER-th formed back to back after `last`, or the last of them (None: `last`'s)."""
+    waits: int = 0
+    """With prefill first: how many more steps its first token waits for (`_wait`)."""
     holder: object = None
     """Whose turn it is (the booking core's Booking), for those who must follow its moves."""
 
@@ -84,13 +88,21 @@ class Turn(Prefill):
 
 MLX_PROMPTS = 8
 """Prompts mlx_lm.server reads in one step at most (its --prompt-concurrency, 8 by default)."""
+MLX_SHOW_AFTER = 2
+"""Steps a first token waits for after the step holding its prompt's last piece, on mlx_lm.server
+(0.32.2, generate.py, `BatchGenerator._next`): the next step moves the prompt to the batch that
+decodes, the one after writes its first token in its decode pass, and a step's tokens are sent
+once its prompt pass (the pieces of the prompts still read) is done too. So a 20-token prompt
+sent with a long one waits for three of the long one's pieces, not all: with a prompt of about
+9,000 tokens (5 pieces), 6.8 to 7.0 s against the long one's 15.4 to 16.7
+(docs/runs/2026-12-06-mlx-first-token-steps.md)."""
 POLICIES = ("llamacpp", "vllm", "mlx")
 """Whose prompt tokens a step takes first (--step-policy): by seat (llama.cpp), or by arrival
 (vLLM's and SGLang's schedulers: `by_arrival`); mlx: by arrival, and prefill first (`prefill_first`):
-mlx_lm.server reads every prompt it has taken before the step that writes reply tokens, so a
-prompt's first token waits for those taken with it or during its run (measured: 2 prompts sent at
-once, 1,290 to 1,420 ms each, one alone 720 to 800); it takes new ones only between runs of steps
-(BUDGET_S); and each prompt puts up to `batch_tokens` of its own in a step, its
+a prompt's first token comes MLX_SHOW_AFTER steps after its last piece, so it waits for the pieces
+of the prompts taken with it or after it in those steps (measured: 2 prompts sent at once, 1,290
+to 1,420 ms each, one alone 720 to 800); mlx_lm.server takes new prompts only between runs of
+steps (BUDGET_S); and each prompt puts up to `batch_tokens` of its own in a step, its
 --prefill-step-size (`_take`)."""
 BUDGET_S = 0.5
 """mlx_lm.server takes new requests only between runs of steps (`_taken_by`): a run goes on while
@@ -114,11 +126,11 @@ class Loop:
     ) -> None:
         self.batch_tokens, self.rates, self.by_arrival = batch_tokens, rates, by_arrival or prefill_first
         self.prefill_first = prefill_first
-        """A first token comes only once no prompt waits: at the end of the steps formed back to back."""
+        """A first token comes MLX_SHOW_AFTER steps after its last piece (or at a gap before that)."""
         self.parse_s = parse_s
         """A request's time from its arrival to its prefill's earliest start (the overhead)."""
         self.showing: list[Turn] = []
-        """With prefill first: the turns whose first tokens wait for the last step formed to end."""
+        """With prefill first: the turns whose first tokens wait for steps still to be formed."""
         self.price = terms.pricer(rates)
         """What a step costs (the cost terms, their coefficients worked out once)."""
         self.queue: deque[Turn] = deque()
@@ -231,11 +243,18 @@ class Loop:
         if len(later) < len(self.steps):
             end = max(end, self.steps[-1 - len(later)].end)
         for step in reversed(later):
-            full = sum(k for _, k in step.parts) >= step.room
+            full = self._full(step)
             if step.start > end or not full or any(t.rank >= turn.rank for t, _ in step.parts):
                 return step.start
             end = step.end
         return end
+
+    def _full(self, step: EngineStep) -> bool:
+        """Whether a step has no room for another prompt: its budget spent, or with prefill first
+        (each prompt its own pieces: `_take`), MLX_PROMPTS prompts in it."""
+        if self.prefill_first:
+            return len(step.parts) >= MLX_PROMPTS
+        return sum(k for _, k in step.parts) >= step.room
 
     def _unplan(self, since: float) -> list[Turn]:
         """Drop the planned steps that start at `since` or later; their tokens go back to their
@@ -247,11 +266,8 @@ class Loop:
                 t.read -= k
                 held[id(t)] = t
                 if t.last is step:
-                    t.last = None
+                    t.last = t.shown = None
                     self.streams.pop(id(t), None)
-        for t in self.queue if self.prefill_first else ():  # (a first token still ahead: queued)
-            if t.shown is not None and t.shown.start >= since:
-                t.shown = None
         return list(held.values())
 
     def _plan(self, now: float, since: float, newcomers: list[Turn]) -> None:
@@ -261,20 +277,25 @@ class Loop:
         self.replanned = list(waiting.values())
         turns = [t for t in self.replanned if self._waits(t)]
         clock = max(now, self.steps[-1].end) if self.steps else now
-        self._resume_showing(waiting)
+        self._resume_showing(waiting, now)
         running = self._running(clock)
         while turns:
             clock = self._next(turns, clock, running)
             turns = [t for t in turns if t.read < t.tokens]
         self.free_at = self.steps[-1].end if self.steps else min(self.free_at, now)
 
-    def _resume_showing(self, planned: dict[int, Turn]) -> None:
-        """With prefill first: the turns whose first token comes at the end of the last step kept
-        wait longer if a step is formed right after it, so they are placed again too."""
-        if not self.prefill_first:
+    def _resume_showing(self, planned: dict[int, Turn], now: float) -> None:
+        """With prefill first: the turns whose first tokens still waited after the last step kept
+        (`EngineStep.waiting`) wait for the steps formed after it, so they are placed again too
+        (unless that step ended by `now`: their first tokens came)."""
+        self.showing = []
+        if not (self.prefill_first and self.steps):
             return
-        last = self.steps[-1] if self.steps else None
-        self.showing = [t for t in self.queue if last is not None and (t.shown or t.last) is last]
+        last = self.steps[-1]
+        for t, waits in last.waiting:
+            t.waits, t.shown = waits, None if t.last is last else last
+            if last.end > now:
+                self.showing.append(t)
         self.replanned += [t for t in self.showing if id(t) not in planned]
 
     def _next(self, turns: list[Turn], clock: float, running: list[Stream]) -> float:
@@ -379,14 +400,25 @@ class Loop:
         pieces = tuple(Piece(k, t.cached + t.read, opens=not t.read, cached=t.cached) for t, k in parts)
         batch = Step(pieces, decodes)
         step = EngineStep(clock, clock + self.price(batch), parts, budget)
+        self._wait(step, running)
         for t, k in parts:
             t.read, t.start = t.read + k, min(t.start, clock)
             if t.read >= t.tokens:
                 self._read(t, step, running)
-        for t in self.showing:  # (prefill first: their first tokens wait for this step too)
-            t.shown = step
+        if self.prefill_first:
+            step.waiting = tuple((t, t.waits) for t in self.showing)
         self.steps.append(step)
         return step
+
+    def _wait(self, step: EngineStep, running: list[Stream]) -> None:
+        """With prefill first: the first tokens waiting wait for `step` too; those for which it is
+        the last (MLX_SHOW_AFTER after their last piece) come at its end, and their streams decode
+        in the steps after it."""
+        for t in self.showing:
+            t.shown, t.waits = step, t.waits - 1
+        if any(not t.waits for t in self.showing):
+            running += [_stream(t) for t in self.showing if not t.waits]
+            self.showing = [t for t in self.showing if t.waits]
 
     def _take(self, ready: list[Turn], decoding: int) -> tuple[list[tuple[Turn, int]], int]:
         """The prompt tokens of each turn in a step, and the step's budget. llama.cpp and vLLM: one
@@ -407,17 +439,20 @@ class Loop:
 
     def _read(self, turn: Turn, step: EngineStep, running: list[Stream]) -> None:
         """`turn`'s last token is in `step`: its first token comes at its end, and it starts writing
-        its reply, a stream in the steps after; with prefill first, once no prompt waits (`_show`)."""
+        its reply, a stream in the steps after; with prefill first, MLX_SHOW_AFTER steps later
+        (`_wait`), or at a gap before that (`_show`)."""
         turn.last = step
         self.streams[id(turn)] = turn
         if self.prefill_first:
+            turn.waits = MLX_SHOW_AFTER
             self.showing.append(turn)
         else:
             running.append(_stream(turn))
 
     def _show(self, running: list[Stream]) -> None:
         """With prefill first, a step formed after a gap (no prompt was waiting when the last one
-        ended): the first tokens waiting came at the last one's end, and their streams decode."""
+        ended): the first tokens waiting came at the last one's end (the steps they waited for
+        were a decode pass or two, a few ms, not formed here), and their streams decode."""
         running += [_stream(t) for t in self.showing]
         self.showing = []
 
