@@ -44,6 +44,8 @@ class EngineStep:
     """With prefill first (mlx): when the run of steps it is in began, taking the requests waiting."""
     waiting: tuple[tuple[Turn, int], ...] = ()
     """With prefill first: the turns whose first tokens still wait after it, and for how many steps."""
+    top: float = -math.inf
+    """The highest rank of the turns in it."""
 
 
 @dataclass(eq=False, slots=True)
@@ -147,6 +149,10 @@ class Loop:
         """The turns the last plan placed again (their first tokens may have moved)."""
         self.before: tuple[float, float] | None = None
         """The end and run of the last step dropped (`forget`): the last step when none is kept."""
+        self.open: deque[EngineStep] = deque()
+        """The steps, in order, another prompt might join: not full, or formed after a gap."""
+        self.highest = -math.inf
+        """The highest rank any step has held: a newcomer above it goes after every turn."""
 
     def book(self, ready: float, now: float, new: int, cached: int, rank: float | None, reply: int) -> Turn:
         """A prompt of `new` tokens after `cached`, ready at `ready` with this `rank` (its seat; None,
@@ -172,6 +178,8 @@ class Loop:
         while self.steps and all(t.end <= now for t, _ in self.steps[0].parts):
             step = self.steps.popleft()
             self.before = step.end, step.run
+            if self.open and self.open[0] is step:
+                self.open.popleft()
         for t in list(itertools.takewhile(lambda t: t.end < now - self.span, self.streams.values())):
             del self.streams[id(t)]  # replies over (the streams are in order of first token)
 
@@ -237,14 +245,23 @@ class Loop:
         """Where a newcomer ready at `since` first changes the plan: the start of the first planned
         step it would join (one with room, or with tokens of a turn it goes before), or of an idle
         gap it would fill. The steps before it stay as planned (with four seats busy, a prompt
-        admitted to the last seat changes only the steps after the others' prompts)."""
-        later = list(itertools.takewhile(lambda s: s.start >= since, reversed(self.steps)))
+        admitted to the last seat changes only the steps after the others' prompts). A newcomer
+        ranked above every turn (booked by arrival) can join only an `open` step: found by
+        bisection, not by a walk over a plan that holds an overloaded replica's whole queue."""
+        first = bisect.bisect_left(self.steps, since, key=lambda s: s.start)
         end = since  # a step formed before it is ready is none of its business, but it ends first:
-        if len(later) < len(self.steps):
-            end = max(end, self.steps[-1 - len(later)].end)
+        if first:
+            end = max(end, self.steps[first - 1].end)
+        if turn.rank > self.highest and first < len(self.steps):  # (it goes after every turn)
+            step = self.steps[first]
+            if step.start > end or not self._full(step):
+                return step.start
+            at = bisect.bisect_right(self.open, step.start, key=lambda s: s.start)  # the next open one
+            return self.open[at].start if at < len(self.open) else self.steps[-1].end
+        later = list(itertools.islice(reversed(self.steps), len(self.steps) - first))
         for step in reversed(later):
             full = self._full(step)
-            if step.start > end or not full or any(t.rank >= turn.rank for t, _ in step.parts):
+            if step.start > end or not full or step.top >= turn.rank:
                 return step.start
             end = step.end
         return end
@@ -260,6 +277,8 @@ class Loop:
         """Drop the planned steps that start at `since` or later; their tokens go back to their
         turns. The turns they held."""
         held: dict[int, Turn] = {}
+        while self.open and self.open[-1].start >= since:
+            self.open.pop()
         while self.steps and self.steps[-1].start >= since:
             step = self.steps.pop()
             for t, k in step.parts:
@@ -407,6 +426,10 @@ class Loop:
                 self._read(t, step, running)
         if self.prefill_first:
             step.waiting = tuple((t, t.waits) for t in self.showing)
+        step.top = max((t.rank for t, _ in parts), default=-math.inf)
+        self.highest = max(self.highest, step.top)
+        if not self._full(step) or not self.steps or step.start > self.steps[-1].end:
+            self.open.append(step)
         self.steps.append(step)
         return step
 
