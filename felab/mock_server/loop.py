@@ -44,8 +44,6 @@ class EngineStep:
     """With prefill first (mlx): when the run of steps it is in began, taking the requests waiting."""
     waiting: tuple[tuple[Turn, int], ...] = ()
     """With prefill first: the turns whose first tokens still wait after it, and for how many steps."""
-    top: float = -math.inf
-    """The highest rank of the turns in it."""
 
 
 @dataclass(eq=False, slots=True)
@@ -150,9 +148,9 @@ class Loop:
         self.before: tuple[float, float] | None = None
         """The end and run of the last step dropped (`forget`): the last step when none is kept."""
         self.open: deque[EngineStep] = deque()
-        """The steps, in order, another prompt might join: not full, or formed after a gap."""
+        """By arrival: the steps, in order, another prompt might join (not full, or after a gap)."""
         self.highest = -math.inf
-        """The highest rank any step has held: a newcomer above it goes after every turn."""
+        """By arrival: the highest rank any step has held (a newcomer above it goes after all)."""
 
     def book(self, ready: float, now: float, new: int, cached: int, rank: float | None, reply: int) -> Turn:
         """A prompt of `new` tokens after `cached`, ready at `ready` with this `rank` (its seat; None,
@@ -248,23 +246,31 @@ class Loop:
         admitted to the last seat changes only the steps after the others' prompts). A newcomer
         ranked above every turn (booked by arrival) can join only an `open` step: found by
         bisection, not by a walk over a plan that holds an overloaded replica's whole queue."""
-        first = bisect.bisect_left(self.steps, since, key=lambda s: s.start)
+        if self.by_arrival and turn.rank > self.highest:  # (it goes after every turn)
+            return self._next_open(since)
+        later = list(itertools.takewhile(lambda s: s.start >= since, reversed(self.steps)))
         end = since  # a step formed before it is ready is none of its business, but it ends first:
-        if first:
-            end = max(end, self.steps[first - 1].end)
-        if turn.rank > self.highest and first < len(self.steps):  # (it goes after every turn)
-            step = self.steps[first]
-            if step.start > end or not self._full(step):
-                return step.start
-            at = bisect.bisect_right(self.open, step.start, key=lambda s: s.start)  # the next open one
-            return self.open[at].start if at < len(self.open) else self.steps[-1].end
-        later = list(itertools.islice(reversed(self.steps), len(self.steps) - first))
+        if len(later) < len(self.steps):
+            end = max(end, self.steps[-1 - len(later)].end)
         for step in reversed(later):
             full = self._full(step)
-            if step.start > end or not full or step.top >= turn.rank:
+            if step.start > end or not full or any(t.rank >= turn.rank for t, _ in step.parts):
                 return step.start
             end = step.end
         return end
+
+    def _next_open(self, since: float) -> float:
+        """`_untouched` for a newcomer ready at `since` ranked above every turn: the first step
+        planned from then if it is open to it, else the next `open` step, else the plan's end."""
+        first = bisect.bisect_left(self.steps, since, key=lambda s: s.start)
+        end = max(since, self.steps[first - 1].end) if first else since
+        if first == len(self.steps):
+            return end
+        step = self.steps[first]
+        if step.start > end or not self._full(step):
+            return step.start
+        at = bisect.bisect_right(self.open, step.start, key=lambda s: s.start)
+        return self.open[at].start if at < len(self.open) else self.steps[-1].end
 
     def _full(self, step: EngineStep) -> bool:
         """Whether a step has no room for another prompt: its budget spent, or with prefill first
@@ -424,14 +430,19 @@ class Loop:
             t.read, t.start = t.read + k, min(t.start, clock)
             if t.read >= t.tokens:
                 self._read(t, step, running)
+        self._keep(step)
+        return step
+
+    def _keep(self, step: EngineStep) -> None:
+        """Add a step just formed to the plan, with what later plans read of it: the first tokens
+        still waiting after it (prefill first); by arrival, the highest rank and whether it is `open`."""
         if self.prefill_first:
             step.waiting = tuple((t, t.waits) for t in self.showing)
-        step.top = max((t.rank for t, _ in parts), default=-math.inf)
-        self.highest = max(self.highest, step.top)
-        if not self._full(step) or not self.steps or step.start > self.steps[-1].end:
-            self.open.append(step)
+        if self.by_arrival:
+            self.highest = max([self.highest, *(t.rank for t, _ in step.parts)])
+            if not self._full(step) or not self.steps or step.start > self.steps[-1].end:
+                self.open.append(step)
         self.steps.append(step)
-        return step
 
     def _wait(self, step: EngineStep, running: list[Stream]) -> None:
         """With prefill first: the first tokens waiting wait for `step` too; those for which it is
