@@ -159,13 +159,13 @@ def test_the_vllm_policy_takes_prompts_by_arrival() -> None:
 
 
 def test_with_prefill_first_a_first_token_waits_for_the_steps_of_the_prompts_taken_with_it() -> None:
-    # mlx_lm.server (--step-policy mlx) reads the prompts it took together in one run of steps,
-    # and a first token comes once the run has no prompt left to read. With a 5 ms overhead, a
+    # mlx_lm.server (--step-policy mlx) reads the prompts it took together in the same steps, and a
+    # first token comes MLX_SHOW_AFTER steps after its last piece (or at a gap). With a 5 ms overhead, a
     # (1,000 tokens) comes at 0 and b (3,000) 2 ms later, within a's parsing: both taken at 0.005.
     #  step 1 at 0.005:  a 1,000 and b 2,048: 0.15 + 0.4145152                     -> 0.5695152
     #  step 2:           b 952 after 2,048: 0.0952 + 100e-9·952·2,524 = 0.3354848  -> 0.905
-    # a's first token at 0.905 with b's. By seat (llamacpp), b is ready at 0.007, after a's step
-    # began: a's first token is its own step's end, 0.155.
+    # a's first token waits for step 2 (no step 3 follows): 0.905, with b's. By seat (llamacpp), b is
+    # ready at 0.007, after a's step began: a's first token is its own step's end, 0.155.
     firsts = {}
     for policy in ("mlx", "llamacpp"):
         m = model(step_policy=policy, block_tokens=16, overhead_ms=5.0)

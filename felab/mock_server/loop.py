@@ -75,8 +75,8 @@ class Turn(Prefill):
 
     @property
     def end(self) -> float:
-        """Its first token: when the step holding its last token is done (with prefill first: when
-        the steps formed back to back after it are)."""
+        """Its first token: when the step holding its last token is done (with prefill first: the
+        step `shown`, MLX_SHOW_AFTER later, or the last of those formed back to back)."""
         step = self.shown or self.last
         return step.end if step is not None else self.start + self.seconds
 
