@@ -162,10 +162,10 @@ def test_with_prefill_first_a_first_token_waits_for_the_steps_of_the_prompts_tak
     # mlx_lm.server (--step-policy mlx) reads the prompts it took together in the same steps, and a
     # first token comes MLX_SHOW_AFTER steps after its last piece (or at a gap). With a 5 ms overhead, a
     # (1,000 tokens) comes at 0 and b (3,000) 2 ms later, within a's parsing: both taken at 0.005.
-    #  step 1 at 0.005:  a 1,000 and b 2,048: 0.15 + 0.4145152                     -> 0.5695152
-    #  step 2:           b 952 after 2,048: 0.0952 + 100e-9·952·2,524 = 0.3354848  -> 0.905
-    # a's first token waits for step 2 (no step 3 follows): 0.905, with b's. By seat (llamacpp), b is
-    # ready at 0.007, after a's step began: a's first token is its own step's end, 0.155.
+    #  step 1 at 0.005:  a 1,000 padded to b's 2,048, and b 2,048: 2 x 0.4145152    -> 0.8340304
+    #  step 2:           b 952 after 2,048: 0.0952 + 100e-9·952·2,524 = 0.3354848  -> 1.1695152
+    # a's first token waits for step 2 (no step 3 follows): 1.1695152, with b's. By seat (llamacpp), b
+    # is ready at 0.007, after a's step began: a's first token is its own step's end, 0.155.
     firsts = {}
     for policy in ("mlx", "llamacpp"):
         m = model(step_policy=policy, block_tokens=16, overhead_ms=5.0)
@@ -173,19 +173,20 @@ def test_with_prefill_first_a_first_token_waits_for_the_steps_of_the_prompts_tak
         b = m.book(prompt(3000, 1), 1, 0.002, 0.002)
         firsts[policy] = a.first_token_at
         if policy == "mlx":
-            assert a.first_token_at == b.first_token_at == pytest.approx(0.905)
-    assert firsts == pytest.approx({"mlx": 0.905, "llamacpp": 0.155})
+            assert a.first_token_at == b.first_token_at == pytest.approx(1.1695152)
+    assert firsts == pytest.approx({"mlx": 1.1695152, "llamacpp": 0.155})
 
 
 def test_with_prefill_first_a_first_token_comes_two_steps_after_its_last_piece_not_after_all() -> None:
     # mlx_lm.server returns a first token MLX_SHOW_AFTER (2) steps after the step holding its last
     # piece (one moves it to the decoding batch, the next writes its token), whatever is read in them.
-    # a: 9,000 tokens and b: 100, sent at once; each puts up to 2,048 of its own in a step:
-    #  step 1 at 0:  a 2,048 (0.4145152) and b 100 (0.01 + 100e-9·100·50 = 0.0105)  -> 0.4250152
-    #  step 2:       a 2,048 after 2,048: 0.2048 + 100e-9·2,048·3,072 = 0.8339456    -> 1.2589608
-    #  step 3:       a 2,048 after 4,096: 0.2048 + 100e-9·2,048·5,120 = 1.253376     -> 2.5123368
-    #  step 4:       a 2,048 after 6,144: 0.2048 + 100e-9·2,048·7,168 = 1.6728064    -> 4.1851432
-    #  step 5:       a 808 after 8,192: 0.0808 + 100e-9·808·8,596 = 0.7753568        -> 4.9605
+    # a: 9,000 tokens and b: 100, sent at once; each puts up to 2,048 of its own in a step, every
+    # piece of a step computed as long as its longest (mlx_lm right-pads them):
+    #  step 1 at 0:  a 2,048 and b 100 padded to 2,048: 2 x 0.4145152               -> 0.8290304
+    #  step 2:       a 2,048 after 2,048: 0.2048 + 100e-9·2,048·3,072 = 0.8339456    -> 1.662976
+    #  step 3:       a 2,048 after 4,096: 0.2048 + 100e-9·2,048·5,120 = 1.253376     -> 2.916352
+    #  step 4:       a 2,048 after 6,144: 0.2048 + 100e-9·2,048·7,168 = 1.6728064    -> 4.5891584
+    #  step 5:       a 808 after 8,192: 0.0808 + 100e-9·808·8,596 = 0.7753568        -> 5.3645152
     # b's first token at step 3's end, not with a's at step 5's (measured on mlx_lm.server with a
     # prompt of about 9,000 tokens: the short one 6.8 to 7.0 s, the long one 15.4 to 16.7 s).
     m = model(step_policy="mlx", block_tokens=16)
@@ -193,21 +194,21 @@ def test_with_prefill_first_a_first_token_comes_two_steps_after_its_last_piece_n
     b = m.book(prompt(100, 1), 1, 0.0, 0.0)
     steps = list(loop_of(m).steps)
     assert [parts(s, a, b) for s in steps] == [[("a", 2048), ("b", 100)], *[[("a", 2048)]] * 3, [("a", 808)]]
-    assert b.first_token_at == pytest.approx(2.5123368)
-    assert a.first_token_at == pytest.approx(4.9605)
+    assert b.first_token_at == pytest.approx(2.916352)
+    assert a.first_token_at == pytest.approx(5.3645152)
 
 
 def test_with_prefill_first_a_hang_up_in_the_chain_brings_the_first_tokens_before_it_back() -> None:
     # The same a and b; b hangs up at 0.1, during step 1 (computed whole): it leaves step 2, and
-    # a's first token is step 1's end again (0.5695152); the booking core is told it moved.
+    # a's first token is step 1's end again (0.8340304); the booking core is told it moved.
     m = model(step_policy="mlx", block_tokens=16, overhead_ms=5.0)
     moved: list[Booking] = []
     m.on_moved = moved.extend
     a = m.book(prompt(1000, 0), 1, 0.0, 0.0)
     b = m.book(prompt(3000, 1), 1, 0.002, 0.002)
-    assert a.first_token_at == pytest.approx(0.905)
+    assert a.first_token_at == pytest.approx(1.1695152)
     assert m.cancel(b, now=0.1) and a in moved
-    assert a.first_token_at == pytest.approx(0.5695152)
+    assert a.first_token_at == pytest.approx(0.8340304)
 
 
 def test_mlx_reads_each_prompt_waiting_in_pieces_of_its_own() -> None:

@@ -203,8 +203,9 @@ class Settings:
         "SGLang's chunked prefill) or mlx (by arrival, prefill first: a first token comes two steps "
         "after its prompt's last piece, so it waits for the pieces read in them, as mlx_lm.server's "
         "batches; each prompt puts up to --batch-tokens of its own in a step, mlx_lm's "
-        "--prefill-step-size; and a request waits for the run of steps under way to pass 0.5 s, "
-        "mlx_lm's time budget, before it is taken)",
+        "--prefill-step-size, every piece computed as long as the step's longest; and a request "
+        "waits for the run of steps under way to pass 0.5 s, mlx_lm's time budget, before it is "
+        "taken)",
         choices=POLICIES, column="step policy",
     )  # fmt: skip
     batch_slowdown: float = setting(

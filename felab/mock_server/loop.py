@@ -103,7 +103,7 @@ a prompt's first token comes MLX_SHOW_AFTER steps after its last piece, so it wa
 of the prompts taken with it or after it in those steps (measured: 2 prompts sent at once, 1,290
 to 1,420 ms each, one alone 720 to 800); mlx_lm.server takes new prompts only between runs of
 steps (BUDGET_S); and each prompt puts up to `batch_tokens` of its own in a step, its
---prefill-step-size (`_take`)."""
+--prefill-step-size (`_take`), every piece computed as long as the step's longest (`_pieces`)."""
 BUDGET_S = 0.5
 """mlx_lm.server takes new requests only between runs of steps (`_taken_by`): a run goes on while
 there is work, until it has lasted more than 0.5 s (its TimeBudget, server.py). A prompt sent while
@@ -422,8 +422,7 @@ class Loop:
             self._show(running)
         decodes = _decodes(running, clock)  # their tokens take their room first
         parts, budget = self._take(ready, len(decodes))
-        pieces = tuple(Piece(k, t.cached + t.read, opens=not t.read, cached=t.cached) for t, k in parts)
-        batch = Step(pieces, decodes)
+        batch = Step(self._pieces(parts), decodes)
         step = EngineStep(clock, clock + self.price(batch), parts, budget)
         self._wait(step, running)
         for t, k in parts:
@@ -470,6 +469,18 @@ class Loop:
             parts.append((t, k))
             room -= k
         return parts, budget
+
+    def _pieces(self, parts: list[tuple[Turn, int]]) -> tuple[Piece, ...]:
+        """What a step computes of each turn's tokens: its piece, after the tokens it has read.
+        With prefill first, every piece is as long as the step's longest: mlx_lm.server (0.32.2,
+        `PromptProcessingBatch.prompt`) right-pads them (`_right_pad_prompts`), so a 20-token piece
+        beside a 2,048-token one costs 2,048 rows. Measured, its `BatchGenerator` driven for one
+        step: a 2,048-token piece alone 1,103 to 1,750 ms; with a 20-token piece beside it 2,923 to
+        3,486; with another 2,048, 2,442 to 3,490 (docs/runs/2026-12-06-mlx-first-token-steps.md)."""
+        rows = max(k for _, k in parts) if self.prefill_first and parts else 0
+        return tuple(
+            Piece(max(k, rows), t.cached + t.read, opens=not t.read, cached=t.cached) for t, k in parts
+        )
 
     def _read(self, turn: Turn, step: EngineStep, running: list[Stream]) -> None:
         """`turn`'s last token is in `step`: its first token comes at its end, and it starts writing
