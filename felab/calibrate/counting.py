@@ -6,7 +6,10 @@ under-counted by 9% and 22%. So calibrate finds, where it can, the very file the
 engine reads its tokenizer from, and writes it into the profile (`tokenizer`):
 
 - llama-server: `GET /props` names the model it loaded (`model_path`, a GGUF);
-- mlx_lm.server (or any server whose model id is a folder): the folder's tokenizer.json;
+- mlx_lm.server, vLLM (or any server whose model id is a folder, or a Hugging Face repo in this
+  machine's cache, where both download models): that model's tokenizer.json. Asked for
+  mlx_lm's `default_model` (the kit's mlx target), the model `GET /v1/models` lists: mlx_lm
+  lists the folder it loaded by its full path, and every repo in the cache;
 
 each only when that file is readable on this machine (a server elsewhere loaded a
 file that is not here). Either way calibrate sends a few texts of every kind
@@ -127,10 +130,55 @@ def tokenizer_file(target: Target) -> tuple[Path | None, str]:
         if not Path(loaded).is_file():
             return None, f"the server loaded {loaded} (GET /props), which is not on this machine"
         return Path(loaded), "the model file the server loaded: GET /props"
-    folder = Path(target.model)
+    found = model_tokenizer(target.model)
+    if found is not None:
+        return found[0], f"{found[1]}, its model id"
+    return listed_tokenizer(target)
+
+
+def model_tokenizer(model_id: str) -> tuple[Path, str] | None:
+    """The tokenizer.json of the model `model_id` names on this machine, and where it was: the
+    model's folder (FOLDER), or its repo in the Hugging Face cache (read by huggingface_hub, where
+    mlx_lm and vLLM find a model they downloaded); None if neither."""
+    folder = Path(model_id).expanduser()
     if (folder / "tokenizer.json").is_file():
-        return folder / "tokenizer.json", "in the model's folder, its model id"
-    return None, "the server names no model file on this machine (GET /props, or a model id that is a folder)"
+        return folder / "tokenizer.json", FOLDER
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # (it comes with `tokenizers`, which reading the file needs anyway)
+        return None
+    try:
+        cached = try_to_load_from_cache(model_id, "tokenizer.json")
+    except ValueError:  # not a repo id (a path, a name with spaces): not in the cache
+        return None
+    return (Path(cached), "the Hugging Face cache") if isinstance(cached, str) else None
+
+
+FOLDER = "the model's folder"
+NOT_FOUND = (
+    "the server names no model file on this machine (GET /props; its model id as a folder or as a "
+    "Hugging Face repo in the cache; GET /v1/models)"
+)
+
+
+def listed_tokenizer(target: Target) -> tuple[Path | None, str]:
+    """For a model id the server maps to what it loaded (mlx_lm's `default_model`): the tokenizer of
+    the model GET /v1/models lists, if one is plain. A folder first: mlx_lm lists the one it loaded
+    by its full path, beside every repo in the Hugging Face cache; else the one cached repo listed."""
+    models = get_json(f"{target.base_url}/models")
+    data = models.get("data") if isinstance(models, dict) else None
+    ids = [m["id"] for m in data or [] if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    found = {i: hit for i in ids if (hit := model_tokenizer(i)) is not None}
+    folders = [i for i, (_, place) in found.items() if place == FOLDER]
+    named = folders if len(folders) == 1 else list(found)
+    if len(named) == 1:
+        return found[named[0]][0], f"the model GET /v1/models lists, {named[0]}"
+    if named:
+        return None, (
+            f"the server lists {len(named)} models whose tokenizers are on this machine (GET /v1/models: "
+            f"{', '.join(named)}), and which it serves cannot be told: give calibrate --model with it"
+        )
+    return None, NOT_FOUND
 
 
 def counter(path: Path) -> tuple[Path, TokenizerCounter | None, str]:

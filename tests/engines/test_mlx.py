@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from felab.calibrate.counting import tokenizer_file
+from felab.targets import NO_KEY, Target
+
 from .conftest import LESSON02, LESSON06, free_port, last_record, prefix_bench, run_bash, script_env, serving
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(600)]
@@ -47,6 +50,11 @@ def test_serve_mlx_works_with_the_mlx_target(tiny_model: Path, isolated: Path, t
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as resp:
             ids = [m["id"] for m in json.load(resp)["data"]]
         assert str((tiny_model / "hf").resolve()) in ids
+        # calibrate asked for the mlx target's default model finds the model's tokenizer from that list
+        found, how = tokenizer_file(
+            Target("mlx", f"http://127.0.0.1:{port}/v1", "default_model", NO_KEY, False)
+        )
+        assert found == (tiny_model / "hf").resolve() / "tokenizer.json", how
         # the felab mlx target's default model ("default_model"), no --model needed
         r = prefix_bench(f"http://127.0.0.1:{port}/v1", "mlx")
     assert r.returncode == 0, r.stdout + r.stderr
