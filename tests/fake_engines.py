@@ -1,9 +1,12 @@
-"""Stand-ins for vLLM, SGLang and Ollama answering a prompt longer than their context.
+"""Stand-ins for vLLM, SGLang and Ollama answering a prompt longer than their context, and for
+mlx_lm.server's list of models.
 
-Each answers `GET /v1/models` with one model and every chat request with the HTTP 400 body
-that engine sends (the wording of their sources: vLLM's `VLLMValidationError` since 0.11 and
-its older `create_error_response`, SGLang's `validate_input_length`, Ollama's OpenAI layer),
-and Ollama's `GET /api/ps` with the context it runs.
+Each of the first answers `GET /v1/models` with one model and every chat request with the HTTP
+400 body that engine sends (the wording of their sources: vLLM's `VLLMValidationError` since 0.11
+and its older `create_error_response`, SGLang's `validate_input_length`, Ollama's OpenAI layer),
+and Ollama's `GET /api/ps` with the context it runs. `fake_mlx` answers `GET /v1/models` as
+mlx_lm.server 0.32 does (server.py, `handle_models_request`): every model repo in the Hugging
+Face cache, then the folder it loaded, by its full path; anything else 404 (no `GET /props`).
 """
 
 from __future__ import annotations
@@ -69,19 +72,21 @@ BODIES = {
 }
 
 
+class _JSONHandler(BaseHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _json(self, status: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
 def _handler(engine: str, model: str) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def _json(self, status: int, body: dict) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
+    class Handler(_JSONHandler):
         def do_GET(self) -> None:
             if self.path == "/v1/models":
                 self._json(200, {"object": "list", "data": [{"id": model, "object": "model"}]})
@@ -97,13 +102,41 @@ def _handler(engine: str, model: str) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def _mlx_handler(ids: list[str]) -> type[BaseHTTPRequestHandler]:
+    listed = {"object": "list", "data": [{"id": i, "object": "model", "created": 0} for i in ids]}
+
+    class Handler(_JSONHandler):
+        def do_GET(self) -> None:
+            if self.path == "/v1/models":
+                self._json(200, listed)
+            else:
+                self.send_response(404)
+                self.end_headers()
+
+    return Handler
+
+
 @contextmanager
-def fake_engine(engine: str, model: str = "meta-llama/Llama-3.1-8B-Instruct") -> Iterator[str]:
-    """Serve the stand-in for `engine` (a key of BODIES) on a free loopback port; yield its …/v1."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(engine, model))
+def _serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Serve `handler` on a free loopback port; yield its …/v1."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/v1"
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def fake_engine(engine: str, model: str = "meta-llama/Llama-3.1-8B-Instruct") -> Iterator[str]:
+    """Serve the stand-in for `engine` (a key of BODIES) on a free loopback port; yield its …/v1."""
+    with _serving(_handler(engine, model)) as url:
+        yield url
+
+
+@contextmanager
+def fake_mlx(ids: list[str]) -> Iterator[str]:
+    """Serve mlx_lm.server's `GET /v1/models`, listing `ids` in that order; yield its …/v1."""
+    with _serving(_mlx_handler(ids)) as url:
+        yield url

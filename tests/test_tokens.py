@@ -6,18 +6,14 @@ tiny-model` makes it), saved as a tokenizer.json and as a GGUF holding only its 
 
 from __future__ import annotations
 
-import json
 import random
 import shutil
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import openai
 import pytest
+from fake_engines import fake_mlx
 
 from felab.calibrate import check as card
 from felab.calibrate import counting, prompts
@@ -378,42 +374,6 @@ def test_a_conversations_next_turn_finds_cached_what_the_engine_would(files: tup
 # ── a model id the server maps (mlx_lm's default_model), or a repo in the Hugging Face cache ──
 
 
-def mlx_models(ids: list[str]) -> type[BaseHTTPRequestHandler]:
-    """mlx_lm.server's `GET /v1/models` (0.32, server.py `handle_models_request`): every model repo
-    in the Hugging Face cache, then the folder it loaded by its full path; no `GET /props` (404)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            if self.path != "/v1/models":
-                self.send_response(404)
-                self.end_headers()
-                return
-            data = json.dumps(
-                {"object": "list", "data": [{"id": i, "object": "model", "created": 0} for i in ids]}
-            )
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data.encode())
-
-    return Handler
-
-
-@contextmanager
-def mlx_server(ids: list[str]) -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), mlx_models(ids))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 @pytest.fixture
 def hub(tmp_path: Path, files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> Path:
     """A Hugging Face cache, laid out as huggingface_hub writes one, holding two repos with the tiny
@@ -446,7 +406,7 @@ def test_asked_for_default_model_calibrate_reads_the_folder_mlx_lm_lists(
     """mlx_lm.server started on a folder, asked for `default_model` (the kit's mlx target): the folder
     it lists by its full path is the model, whatever else the cache holds."""
     folder = str(files[0].parent.resolve())
-    with mlx_server(["mlx-community/tiny-4bit", "mlx-community/other-8bit", folder]) as url:
+    with fake_mlx(["mlx-community/tiny-4bit", "mlx-community/other-8bit", folder]) as url:
         path, how = counting.tokenizer_file(mlx_target(url))
     assert path == Path(folder) / "tokenizer.json"
     assert how == f"the model GET /v1/models lists, {folder}"
@@ -456,15 +416,15 @@ def test_a_repo_id_is_read_from_the_hugging_face_cache(files: tuple[Path, Path],
     """mlx_lm.server started on a repo id: calibrate asked for that repo, or for `default_model` with
     one cached repo listed that has a tokenizer; with two, it cannot tell which, and says what to give."""
     snapshot = hub / "models--mlx-community--tiny-4bit" / "snapshots" / "abc123" / "tokenizer.json"
-    with mlx_server(["mlx-community/tiny-4bit", "org/bare"]) as url:
+    with fake_mlx(["mlx-community/tiny-4bit", "org/bare"]) as url:
         assert counting.tokenizer_file(mlx_target(url, "mlx-community/tiny-4bit")) == (
             snapshot,
             "the Hugging Face cache, its model id",
         )
         assert counting.tokenizer_file(mlx_target(url))[0] == snapshot
-    with mlx_server(["mlx-community/tiny-4bit", "mlx-community/other-8bit"]) as url:
+    with fake_mlx(["mlx-community/tiny-4bit", "mlx-community/other-8bit"]) as url:
         path, why = counting.tokenizer_file(mlx_target(url))
     assert path is None
     assert "2 models" in why and "mlx-community/other-8bit" in why and "give calibrate --model" in why
-    with mlx_server(["org/bare"]) as url:
+    with fake_mlx(["org/bare"]) as url:
         assert counting.tokenizer_file(mlx_target(url)) == (None, counting.NOT_FOUND)
