@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -81,8 +82,12 @@ def test_the_held_out_phase_runs_every_kind_of_work_on_both_servers_and_sums_up_
     ):
         assert kind in out, f"missing: {kind}\n{out[-3000:]}"
     assert "calibrated in" in out
+    # the profile's reference prompts, sent to the "real" server again before the rounds
+    said = re.search(r"the reference prompts \(([\d,]+) tokens, cold\), before the rounds: ([\d.]+)x", out)
+    assert said is not None and float(said[2]) > 0, out[-3000:]
     summary = out.strip().splitlines()[-1].split()
     assert summary[0] == "known" and summary[2] == "of" and summary[3] == "10", out[-1500:]
+    assert summary[-1] == f"{float(said[2]):.2f}x", out[-1500:]
 
 
 def test_the_model_the_kit_did_not_make_is_named_from_make_and_a_missing_one_says_how(tmp_path) -> None:

@@ -30,8 +30,11 @@ the target is within 10%, or 5 ms (0.5 ms for a token gap). The cases (each need
 Each kind that misses gets a line saying why, read from the profile's terms
 (felab/calibrate/causes.py): the real server's own noise, the token count, waiting behind other
 prompts' steps, a term that would have to cost so much more or less, or a mechanism no term can
-stand for. It asserts nothing (a shared machine's noise is what it shows); the figures go to
-docs/runs/.
+stand for. Before the rounds, the profile's reference prompts go to the real server again (as
+`--check` sends them): a shared machine's speed moves within minutes, and a calibration made in a
+slow minute reads as a twin too slow. Each case says how many times their calibration time they
+took, and what its kinds would read with the twin scaled by that. It asserts nothing (a shared
+machine's noise is what it shows); the figures go to docs/runs/.
 """
 
 from __future__ import annotations
@@ -266,8 +269,11 @@ CASES = (
 TINY = Case("known", "a practice server with known settings (as the real one)", known_server, lambda: None)
 
 
-def run_case(case: Case, folder: Path, rounds: int, biggest: int) -> tuple[list[card.Row], dict[str, str]]:
-    """Calibrate the case's real server, start its twin, run the held-out work on both."""
+def run_case(
+    case: Case, folder: Path, rounds: int, biggest: int
+) -> tuple[list[card.Row], dict[str, str], float | None]:
+    """Calibrate the case's real server, start its twin, run the held-out work on both. The rows,
+    each miss's cause, and the reference prompts' time against calibration's (`reference_now`)."""
     print(f"\n== held out: {case.name}: {case.what} (load average {load()}) ==", flush=True)
     with case.start(folder) as real_target:
         profile = folder / f"{case.name}.toml"
@@ -277,6 +283,7 @@ def run_case(case: Case, folder: Path, rounds: int, biggest: int) -> tuple[list[
         seed = 2026
         real = Prober(real_target, client(real_target), 10_000, lambda s: None, seed=seed)
         real.chars_per_token = card.sizing(real, seed)
+        speed = reference_now(real, profile, seed)
         with practice_server("--profile", str(profile)) as url:
             twin_target = named(Target("mock", url, "", NO_KEY, False))
             twin = Prober(twin_target, client(twin_target), 10_000, lambda s: None, seed=seed)
@@ -286,6 +293,8 @@ def run_case(case: Case, folder: Path, rounds: int, biggest: int) -> tuple[list[
     print(tabulate([r.cells() for r in table], headers="keys", floatfmt=".1f"))
     met = sum(r.within for r in table)
     print(f"{case.name}: {met} of {len(table)} kinds within target")
+    if (scaled := card.scaled_note(table, speed)) is not None:
+        print(scaled)
     settings = read_settings(profile)
     fitted = load_profile(profile).get("fit", {}).get("ttft_residual_median_pct")
     said = {r.kind: why(r, got, settings, fitted) for r in table if not r.within}
@@ -293,7 +302,23 @@ def run_case(case: Case, folder: Path, rounds: int, biggest: int) -> tuple[list[
         print(f"  why {kind}: {line}")
     if said:
         print("the profile's settings:", {k: v for k, v in settings.items() if k != "tokenizer"})
-    return table, said
+    return table, said, speed
+
+
+def reference_now(real: Prober, profile: Path, seed: int) -> float | None:
+    """The profile's reference prompts (cold, of the length calibrate timed them at) sent to the
+    real server again: how many times their time at calibration they take now (check.py's
+    probe). Said on a line; None if the profile has no reference."""
+    measured = load_profile(profile).get("measured", {})
+    tokens = measured.get("reference_tokens")
+    if not isinstance(tokens, int):
+        return None
+    now = card.reference(real, tokens, real.chars_per_token, seed)
+    ratio = card.reference_ratio(now, measured, read_settings(profile))
+    if ratio is not None:
+        print(f"the reference prompts ({tokens:,} tokens, cold), before the rounds: {ratio:.2f}x their "
+              f"time at calibration", flush=True)  # fmt: skip
+    return ratio
 
 
 def why(
@@ -331,7 +356,7 @@ def main(argv: list[str] | None = None) -> None:
                 summary.append({"case": case.name, "within target": f"left out: {why}"})
                 continue
             try:
-                table, said = run_case(case, Path(tmp), rounds, biggest)
+                table, said, speed = run_case(case, Path(tmp), rounds, biggest)
             except FelabError as exc:  # one case that fails does not end the others
                 print(f"{case.name}: failed: {exc.message}", flush=True)
                 summary.append({"case": case.name, "within target": f"failed: {exc.message}"})
@@ -346,6 +371,7 @@ def main(argv: list[str] | None = None) -> None:
                 "worst kind": worst.kind,
                 "its error": card.error(worst.twin_p50, worst.real_p50),
                 "misses' causes": ", ".join(sorted({line.split(":")[0] for line in said.values()})) or "-",
+                "reference now / at calibration": "-" if speed is None else f"{speed:.2f}x",
             })  # fmt: skip
     print("\n" + tabulate(summary, headers="keys"))
 
