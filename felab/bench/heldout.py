@@ -283,7 +283,8 @@ def run_case(
         seed = 2026
         real = Prober(real_target, client(real_target), 10_000, lambda s: None, seed=seed)
         real.chars_per_token = card.sizing(real, seed)
-        speed = reference_now(real, profile, seed)
+        doc, settings = load_profile(profile), read_settings(profile)
+        speed = reference_now(real, doc.get("measured", {}), settings, seed)
         with practice_server("--profile", str(profile)) as url:
             twin_target = named(Target("mock", url, "", NO_KEY, False))
             twin = Prober(twin_target, client(twin_target), 10_000, lambda s: None, seed=seed)
@@ -295,8 +296,7 @@ def run_case(
     print(f"{case.name}: {met} of {len(table)} kinds within target")
     if (scaled := card.scaled_note(table, speed)) is not None:
         print(scaled)
-    settings = read_settings(profile)
-    fitted = load_profile(profile).get("fit", {}).get("ttft_residual_median_pct")
+    fitted = doc.get("fit", {}).get("ttft_residual_median_pct")
     said = {r.kind: why(r, got, settings, fitted) for r in table if not r.within}
     for kind, line in said.items():
         print(f"  why {kind}: {line}")
@@ -305,16 +305,17 @@ def run_case(
     return table, said, speed
 
 
-def reference_now(real: Prober, profile: Path, seed: int) -> float | None:
-    """The profile's reference prompts (cold, of the length calibrate timed them at) sent to the
-    real server again: how many times their time at calibration they take now (check.py's
-    probe). Said on a line; None if the profile has no reference."""
-    measured = load_profile(profile).get("measured", {})
+def reference_now(
+    real: Prober, measured: dict[str, Any], settings: dict[str, Any], seed: int
+) -> float | None:
+    """The profile's reference prompts (cold, of the length calibrate timed them at: its
+    `measured` table) sent to the real server again: how many times their time at calibration
+    they take now (check.py's probe). Said on a line; None if the profile has no reference."""
     tokens = measured.get("reference_tokens")
     if not isinstance(tokens, int):
         return None
     now = card.reference(real, tokens, real.chars_per_token, seed)
-    ratio = card.reference_ratio(now, measured, read_settings(profile))
+    ratio = card.reference_ratio(now, measured, settings)
     if ratio is not None:
         print(f"the reference prompts ({tokens:,} tokens, cold), before the rounds: {ratio:.2f}x their "
               f"time at calibration", flush=True)  # fmt: skip

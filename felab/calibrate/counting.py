@@ -36,6 +36,7 @@ from typing import Any
 
 from felab.calibrate import fit, prompts
 from felab.calibrate.probes import Prober, get_json
+from felab.connect import model_ids
 from felab.mock_server.tokens import TokenizerCounter, TokenizerError, load_tokenizer
 from felab.mock_server.wire import Message, chat_template
 from felab.targets import Target
@@ -165,9 +166,7 @@ def listed_tokenizer(target: Target) -> tuple[Path | None, str]:
     """For a model id the server maps to what it loaded (mlx_lm's `default_model`): the tokenizer of
     the model GET /v1/models lists, if one is plain. A folder first: mlx_lm lists the one it loaded
     by its full path, beside every repo in the Hugging Face cache; else the one cached repo listed."""
-    models = get_json(f"{target.base_url}/models")
-    data = models.get("data") if isinstance(models, dict) else None
-    ids = [m["id"] for m in data or [] if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    ids = model_ids(get_json(f"{target.base_url}/models")) or []
     found = {i: hit for i in ids if (hit := model_tokenizer(i)) is not None}
     folders = [i for i, (_, place) in found.items() if place == FOLDER]
     named = folders if len(folders) == 1 else list(found)
