@@ -272,13 +272,15 @@ def test_the_model_books_batched_first_tokens_and_none_keeps_the_plain_lane() ->
     model = batched()
     bookings = [model.book(prompt(2600, i), 4, 0.0, 0.0) for i in range(4)]
     # The steps of the lane test above, with the replies: a stream whose first token came writes
-    # a reply token in each step until its reply (4 tokens, 2.5 ms apart at 400 tokens/s) is
-    # over; the token takes one of the 2,048 (llama-server adds it to the batch first) and 1/400 s
-    # more (the decode rate's term). a's first token ends step 2 (4,096); step 3 writes a's second
-    # token and b's 1,104 and c's 943 prompt tokens: 2,047 + 25 (2.5 ms) -> 6,168, b's first;
-    # step 4, b's token, c's 1,657 and d's 390 -> 8,240, c's; step 5, c's token and d's 2,047 ->
-    # 10,312; step 6, d's last 163 tokens, after c's reply (8,240 + 75) is over: -> 10,475.
-    assert [round(b.ttft_s * TPS, 6) for b in bookings] == [4096, 6168, 8240, 10475]
+    # one reply token in each step until its reply (4 tokens) is over, at the step's end (2.5 ms
+    # apart at 400 tokens/s only between steps); the token takes one of the 2,048 (llama-server
+    # adds it to the batch first) and 1/400 s more (the decode rate's term, once a step). a's first
+    # token ends step 2 (4,096); step 3 writes a's second token and b's 1,104 and c's 943 prompt
+    # tokens: 2,047 + 25 (2.5 ms) -> 6,168, b's first; step 4, a's third and b's second token,
+    # c's 1,657 and d's 389 -> 8,239, c's; step 5, a's last, b's and c's tokens and d's 2,045 ->
+    # 10,309; step 6, b's last and c's tokens and d's last 166 -> 10,500.
+    assert [round(b.ttft_s * TPS, 6) for b in bookings] == [4096, 6168, 8239, 10500]
+    assert [round(bookings[0].token_at(i) * TPS, 6) for i in range(4)] == [4096, 6168, 8239, 10309]
     assert type(PracticeModel(Settings()).fleet.replicas[0].lane) is PrefillLane
 
 
@@ -325,7 +327,7 @@ def test_a_replay_counts_the_batched_first_tokens(tmp_path: Path) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     s = Settings(block_tokens=64, prefill_tps=TPS, overhead_ms=0.0, batch_tokens=2048)
     tally, _, _ = virtual.replay(path, trace.read_trace(path), s)  # (the model test's steps)
-    assert sorted(round(t * TPS, 6) for t in tally.ttft_s) == [4096, 6168, 8240, 10475]
+    assert sorted(round(t * TPS, 6) for t in tally.ttft_s) == [4096, 6168, 8239, 10500]
 
 
 def test_a_replay_retires_a_reply_at_its_moved_end(tmp_path: Path) -> None:
@@ -346,9 +348,10 @@ def test_a_replay_retires_a_reply_at_its_moved_end(tmp_path: Path) -> None:
 # ── Live: a real practice server and real clients ───────────────────────────
 
 
-def first_token_s(url: str, text: str, start: threading.Barrier, got: list[float]) -> None:
+def first_token_s(url: str, text: str, start: threading.Barrier | None, got: list[float]) -> None:
     api = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=30)
-    start.wait()
+    if start is not None:
+        start.wait()
     t0 = time.monotonic()
     for chunk in api.chat.completions.create(
         model="felab-practice", messages=[{"role": "user", "content": text}], stream=True, max_tokens=2
@@ -379,6 +382,36 @@ def test_a_live_server_sends_first_tokens_at_the_ends_of_the_batches() -> None:
     assert 0.59 <= second <= 0.61 + 0.3, got
     assert 0.80 <= third <= 0.82 + 0.3, got
     assert 1.02 <= last <= 1.04 + 0.3, got
+
+
+def test_a_live_servers_reply_waits_for_the_steps_of_a_prompt_read_beside_it() -> None:
+    # A reply of 400 tokens, 2.5 ms apart alone (400 tokens/s); 50 ms into it, a ~2,600-token
+    # prompt on another request: its two steps (2,047 tokens and a reply token: ~0.207 s; 553:
+    # ~0.058 s) each hold one token of the reply, at their ends. So the reply has a gap of at
+    # least one step (the server never sends a token early: a firm bound), and writes a few
+    # tokens while the prompt is read, where booked gaps would write about 106 (0.265 s / 2.5 ms).
+    times: list[float] = []
+    other: list[float] = []
+    flags = ("--batch-tokens", "2048", "--prefill-tps", "10000", "--overhead-ms", "0")
+    with practice_server(*flags) as url:
+        api = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=30)
+        prompt = threading.Thread(target=first_token_s, args=(url, "1 " + "word " * 2_070, None, other))
+        reply = api.chat.completions.create(
+            model="felab-practice", messages=[{"role": "user", "content": "hi"}], stream=True, max_tokens=400
+        )
+        for chunk in reply:
+            if chunk.choices and chunk.choices[0].delta.content:
+                times.append(time.monotonic())
+                if len(times) == 20:  # ~50 ms into the reply
+                    sent = time.monotonic()
+                    prompt.start()
+        prompt.join()
+    assert len(times) == 400 and other
+    first_token = sent + other[0]
+    during = [t for t in times if sent < t < first_token]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert max(gaps) >= 0.2, max(gaps)  # a step of 2,047 prompt tokens is 0.2047 s
+    assert len(during) < 40, len(during)
 
 
 # ── Random work: what must hold whatever comes and goes ──────────────────────

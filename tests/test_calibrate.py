@@ -306,12 +306,14 @@ def test_prompts_sent_at_once_give_the_batch_size_the_twin_books_nearest() -> No
     # 4 x 2,600 tokens: one after another, each after its own prefill (260 ms each) ...
     assert fitted_batch(270, 530, 790, 1050)[:2] == (None, 0.0)
     # ... in batches of 2,048: the ends of batches 2, 3, 4 and 6 (token 4,096, 6,144, 8,192, 10,400),
-    # but batches 3, 4 and 5 each hold a reply token of the prompt done before it (8-token replies
-    # at 400 tokens/s: loop.py): 2,047 prompt tokens and 2.5 ms more; batch 6 (d's last 163)
-    # comes after c's reply is over
-    b, err, twin = fitted_batch(419.6, 626.8, 834.0, 1057.5)
+    # but each batch after a first token holds a reply token of every stream still writing (8-token
+    # replies, one token a batch: loop.py), each taking one of the 2,048, and 2.5 ms more (400
+    # tokens/s, once a batch): batch 3, a's token and 2,047 prompt tokens (6,168: b's first); 4,
+    # a's and b's and 2,046 (8,239: c's); 5, three tokens and d's 2,045; 6, three and d's last 166
+    # (10,309 + 191 = 10,500)
+    b, err, twin = fitted_batch(419.6, 626.8, 833.9, 1060.0)
     assert (b, err) == (2048, pytest.approx(0.0, abs=0.01)) and twin == [
-        pytest.approx([419.6, 626.8, 834.0, 1057.5])
+        pytest.approx([419.6, 626.8, 833.9, 1060.0])
     ]
     assert fitted_batch(430, 610, 840, 1040)[0] == 2048  # a few ms of noise on each
     assert fitted_batch(320, 620, 830, 1050)[0] == 1024  # the ends of tokens 3,072, 6,144, 8,192, 10,400
@@ -322,17 +324,18 @@ def test_prompts_sent_at_once_give_the_batch_size_the_twin_books_nearest() -> No
     together_ = fitted(1050, 1050, 1050, 1050)
     assert together_.tokens == fit.ALL_AT_ONCE and together_.error_pct == pytest.approx(0.0, abs=0.01)
     assert len(set(together_.twin_ms[0])) == 1
-    assert fitted(419.6, 626.8, 834.0, 1057.5).slowdown == 0  # batches alone: no slowdown
+    assert fitted(419.6, 626.8, 833.9, 1060.0).slowdown == 0  # batches alone: no slowdown
 
 
 def test_batches_shared_by_prompts_that_take_longer_give_the_slowdown() -> None:
     # 4 x 2,600 tokens in batches of 2,048 that take 20% longer when they hold parts of two
     # prompts. Batch 1 holds a's first 2,048 tokens alone (204.8 ms, after 10 ms); batches 2 to 4
     # are shared (a|b, b|c, c|d: 1.2 x 204.8 ms each); d's last 2,208 tokens are alone again.
-    # Batches 3 to 5 each write a reply token of the prompt done before it (2.5 ms at 400 tokens/s),
-    # which takes one of the 2,048: their prompt parts are 2,047 (1.2 x 204.7 ms when shared).
-    shared = [10 + 204.8 + 1.2 * 204.8, 460.56 + 1.2 * 204.7 + 2.5, 708.7 + 1.2 * 204.7 + 2.5]
-    ends = [*shared, shared[-1] + 204.7 + 2.5 + 16.3]
+    # Each batch after a first token writes a reply token of every stream still writing (8-token
+    # replies: one a batch), each taking one of the 2,048, and 2.5 ms more (400 tokens/s, once a
+    # batch): batch 3 a's (b|c 2,047), 4 a's and b's (c|d 2,046), 5 and 6 three (d's 2,045, d's 166).
+    shared = [10 + 204.8 + 1.2 * 204.8, 460.56 + 1.2 * 204.7 + 2.5, 708.7 + 1.2 * 204.6 + 2.5]
+    ends = [*shared, shared[-1] + 204.5 + 2.5 + 16.6 + 2.5]
     got = fitted(*ends)
     assert (got.tokens, got.slowdown) == (2048, 0.2) and got.error_pct == pytest.approx(0, abs=0.01)
     # The twin's lane takes it as a setting: the same first tokens, booked

@@ -101,40 +101,52 @@ def test_a_hang_up_mid_piece_keeps_what_it_computed_and_leaves_the_next_step() -
     assert again.first_token_at == pytest.approx(1.2 + 0.3354848)
 
 
-def test_decode_streams_share_a_step_with_a_prompt_piece() -> None:
+def test_decode_streams_share_a_step_with_a_prompt_piece_and_their_tokens_wait_for_it() -> None:
     # a (1,000 tokens) and c (500) sent at 0 share step 1: 0.15 + 100e-9·(1,000·500 + 500·250)
-    # = 0.2125 s, both first tokens then. Each writes a reply of 100 tokens, at a mean context of its
-    # prompt and half the reply before a token (step.reply_context: 1,049 and 549); alone, a decode
-    # step of a takes 1/400 + 100e-9·1,049 (decode_context_ns 100) = 0.0026049 s, so its booked
-    # reply ends at 0.2125 + 99·0.0026049 = 0.4704; c's at 0.2125 + 99·0.0025549 = 0.4654.
-    # b (3,000 tokens) comes at 0.3, while both decode. Its first step writes their tokens first,
-    # and they take 2 of the 2,048 tokens (llama-server adds them to its batch before prompts):
+    # = 0.2125 s, both first tokens then. Each writes a reply of 100 tokens, at a mean context of
+    # its prompt and half the reply before a token (step.reply_context: 1,049 and 549). Between
+    # steps a token comes a booked gap after the one before: a was booked alone, a decode step of
+    # its stream, 1/400 + 100e-9·1,049 (decode_context_ns 100) = 0.0026049 s; c beside a's stream,
+    # 1/400·(1 + 0.5) + 100e-9·549 = 0.0038049.
+    # b (3,000 tokens) comes at 0.3. By then a wrote tokens 1 to 33 (33·0.0026049 = 0.0859617
+    # after 0.2125) and c 1 to 22; each writes its next in b's step, at its end, and they take 2
+    # of the 2,048 tokens (llama-server adds them to its batch before prompts):
     #   b 2,046 (after 0): 0.2046 + 100e-9·2,046·1,023 = 0.4139058
     #   2 streams: 1/400 + 0.5/400·(2 − 1) + 100e-9·(1,049 + 549) = 0.0039098
-    #                                                      -> 0.7178156
-    # its second starts after both replies: b 954 (after 2,046): 0.0954 + 100e-9·954·2,523
-    #                                                      = 0.3360942 -> 1.0539098
-    def run(hang_up: bool) -> tuple[Booking, list[EngineStep]]:
+    #                                     -> 0.7178156: a's token 34, c's 23
+    # b's second step, at once, holds their next tokens too:
+    #   b 954 (after 2,046): 0.0954 + 100e-9·954·2,523 = 0.3360942, + 0.0039098
+    #                                     -> 1.0578196: b's first token, a's token 35, c's 24
+    # then a's other 64 tokens a gap apart: its reply ends at 1.0578196 + 64·0.0026049 = 1.2245332,
+    # not at its booked 0.2125 + 99·0.0026049 = 0.4703851.
+    def run(hang_up: bool) -> tuple[Booking, Booking, list[EngineStep]]:
         m = model(decode_context_ns=100.0, decode_slowdown=0.5)
         a = m.book(prompt(1000, 0), 100, 0.0, 0.0)
         c = m.book(prompt(500, 1), 100, 0.0, 0.0)
         assert a.first_token_at == c.first_token_at == pytest.approx(0.2125)
+        assert a.reply_end == pytest.approx(0.4703851)
         if hang_up:
             m.cancel(c, now=0.25)
         b = m.book(prompt(3000, 2), 1, 0.3, 0.3)
-        return b, list(loop_of(m).steps)
+        return a, b, list(loop_of(m).steps)
 
-    b, steps = run(hang_up=False)
+    a, b, steps = run(hang_up=False)
     assert [t for s in steps[-2:] for t in (s.start, s.end)] == pytest.approx(
-        [0.3, 0.7178156, 0.7178156, 1.0539098]
+        [0.3, 0.7178156, 0.7178156, 1.0578196]
     )
-    assert b.first_token_at == pytest.approx(1.0539098) and [k for _, k in steps[-2].parts] == [2046]
-    # c hangs up at 0.25, during its reply: its stream leaves the steps to come, and b's first
-    # step writes a's token only: b 2,047: 0.2047 + 100e-9·2,047·1,023.5 = 0.41421045, + 0.0026049
-    # -> 0.71681535; then b 953: 0.0953 + 100e-9·953·2,523.5 = 0.33578955 -> 1.0526049
-    b, steps = run(hang_up=True)
-    assert steps[-2].end == pytest.approx(0.71681535) and b.first_token_at == pytest.approx(1.0526049)
+    assert b.first_token_at == pytest.approx(1.0578196) and [k for _, k in steps[-2].parts] == [2046]
+    times = [0.2984617, 0.7178156, 1.0578196, 1.0604245]  # a gap, b's 2 steps (the stall), a gap
+    assert [a.token_at(i) for i in (33, 34, 35, 36)] == pytest.approx(times)
+    assert a.reply_end == pytest.approx(1.2245332)
+    assert [a.tokens_due(t) for t in (0.7, 0.7178156, 1.06, 1.061)] == [34, 35, 36, 37]
+    # c hangs up at 0.25, during its reply, with 10 tokens sent (0.0375 s is 9 gaps of 0.0038049):
+    # its stream leaves the steps to come, and b's first step writes a's token only:
+    #   b 2,047: 0.2047 + 100e-9·2,047·1,023.5 = 0.41421045, + 0.0026049 -> 0.71681535
+    #   b 953: 0.0953 + 100e-9·953·2,523.5 = 0.33578955, + 0.0026049    -> 1.05520980
+    a, b, steps = run(hang_up=True)
+    assert steps[-2].end == pytest.approx(0.71681535) and b.first_token_at == pytest.approx(1.0552098)
     assert [k for _, k in steps[-2].parts] == [2047]
+    assert [a.token_at(i) for i in (34, 35)] == pytest.approx([0.71681535, 1.0552098])
 
 
 def test_the_vllm_policy_takes_prompts_by_arrival() -> None:

@@ -117,6 +117,13 @@ async def until_first_token(state: ServerState, booking: Booking) -> None:
         state.waiting.pop(booking.rid, None)
 
 
+async def until_token(booking: Booking, i: int) -> None:
+    """Wait for reply token i's time. With batches (--batch-tokens) it is the end of a step its
+    stream is in, and a prompt that comes meanwhile may put a step before it: look again."""
+    while (due := booking.token_at(i)) > clock():
+        await sleep_until(due)
+
+
 # ── Replies ──────────────────────────────────────────────────────────────────
 
 
@@ -136,7 +143,7 @@ async def stream_events(state: ServerState, booking: Booking, reply: Reply) -> A
                 piece = (reply.opening(booking) or "") + piece
             if i == last:
                 piece += (reply.usage(booking) if reply.include_usage else "") + DONE
-            await (until_first_token(state, booking) if i == 0 else sleep_until(booking.token_at(i)))
+            await (until_first_token(state, booking) if i == 0 else until_token(booking, i))
             if reply.fault == "cut" and i == booking.reply_tokens // 2:
                 raise StreamCut(booking.rid)  # uvicorn closes the connection mid-body
             if i == last:
@@ -151,7 +158,7 @@ async def stream_events(state: ServerState, booking: Booking, reply: Reply) -> A
 async def reply_due(state: ServerState, booking: Booking) -> None:
     """Wait until a whole reply is due: its last token's time, moved up if a request ahead hung up."""
     await until_first_token(state, booking)
-    await sleep_until(booking.token_at(booking.reply_tokens - 1))
+    await until_token(booking, booking.reply_tokens - 1)
 
 
 async def whole_reply(state: ServerState, booking: Booking, reply: Reply, request: Request) -> Response:

@@ -97,12 +97,17 @@ class Booking:
 
     def tokens_due(self, now: float) -> int:
         """How many reply tokens were due by `now` (what a client that left then had received)."""
+        if isinstance(self.prefill, Turn):  # its tokens follow the engine's steps (loop.py)
+            return min(self.reply_tokens, self.prefill.tokens_due(now))
         if now < self.first_token_at:
             return 0
         return min(self.reply_tokens, int((now - self.first_token_at) / self.interval_s) + 1)
 
     def token_at(self, i: int) -> float:
-        """When reply token i (0-based) is due."""
+        """When reply token i (0-based) is due: `interval_s` apart, or with batches (--batch-tokens),
+        at the ends of the steps its stream is in and `interval_s` apart between them (loop.py)."""
+        if isinstance(self.prefill, Turn):
+            return self.prefill.token_at(i)
         return self.prefill.end + i * self.interval_s
 
     @property
@@ -195,6 +200,8 @@ class PracticeModel:
             replica.cache.insert(prompt.keys, used_at=prefill.end)  # a batch: the TTL starts that early)
         streams, context = self.streams(replica, prefill.end), reply_context(prompt.tokens, reply_tokens)
         interval = self.timing.token_interval_s(streams, context)  # (context: prompt and half the reply)
+        if isinstance(prefill, Turn) and isinstance(replica.lane, Loop):
+            replica.lane.pace(prefill, interval)  # its tokens' gap between the steps it is in
         rid, tokens = f"{next(self.ids)}", prompt.tokens
         b = Booking(rid, replica, tokens, cached, reply_tokens, arrival, prefill, interval, prompt.keys)
         b.seat, b.ready, b.restore_s = seat, ready, restore_s

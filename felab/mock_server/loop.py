@@ -13,14 +13,20 @@ Steps formed by `now` are history: nothing joins or leaves a step under way, and
 computed stays (`formed_tokens`: exact). Later steps are a plan, made again from the first step
 a change can touch: a prompt comes, one hangs up (it leaves the next step), or one gets a seat
 (`withdraw` takes out those waiting for one, `rejoin` puts each back). So a first token can
-move later or earlier; the router reads `free_at`, the end of the plan. Left out: reply tokens
-keep their booked gaps (booking.py) rather than following the steps, and stretches of decode
-alone are not steps here. Nothing reads a clock: the same code runs live and in a replay.
+move later or earlier; the router reads `free_at`, the end of the plan.
+
+A reply's tokens follow the steps: a stream writes one token in each step it is in, at the
+step's end, so a step that also reads 2,048 tokens of another seat's prompt holds the reply
+back for the whole step (llama-server, measured: gaps of 0.4 to 0.6 s in a reply while another
+seat's prompt was read: docs/runs/2026-12-06-llama-reply-stalls.md). Between steps, where it
+decodes alone, its tokens come at its `gap` (stretches of decode alone are not formed as
+steps). Nothing reads a clock: the same code runs live and in a replay.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 import math
 from collections import deque
@@ -44,6 +50,8 @@ class EngineStep:
     """With prefill first (mlx): when the run of steps it is in began, taking the requests waiting."""
     waiting: tuple[tuple[Turn, int], ...] = ()
     """With prefill first: the turns whose first tokens still wait after it, and for how many steps."""
+    decoders: tuple[Turn, ...] = ()
+    """The streams that write a reply token at its end (each has it as its last `marks` entry)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -58,9 +66,12 @@ class Turn(Prefill):
     rank: float = 0.0
     """Its place in a step: its seat's number (llama.cpp walks its slots), else its arrival."""
     reply: int = 0
-    """Its reply's tokens: after its first, it writes one in each step until its `reply_end`."""
+    """Its reply's tokens: after its first, one in each step it is in, and one a `gap` between steps."""
     gap: float = 0.0
-    """Its reply's gap between tokens: a decode step of its stream alone."""
+    """Its reply's gap between tokens where it decodes with no prompt read beside it (booking.py
+    sets the one it books: a decode step of the streams decoding then)."""
+    marks: list[tuple[int, float]] = dataclasses.field(default_factory=list)
+    """The reply tokens it writes at the ends of steps: (token index, time), in order."""
     read: int = 0
     """Its tokens in steps formed or planned."""
     last: EngineStep | None = None
@@ -82,8 +93,34 @@ class Turn(Prefill):
 
     @property
     def reply_end(self) -> float:
-        """When its stream writes its last reply token (booked gaps: booking.py)."""
-        return self.end + max(self.reply - 1, 0) * self.gap
+        """When its stream writes its last reply token (as planned: no steps after the plan's)."""
+        return self.token_at(self.reply - 1)
+
+    def _mark_before(self, i: int) -> tuple[int, float]:
+        """The last token at or before index `i` written at a fixed time: a step's end, or the
+        first token (index 0, at `end`)."""
+        if not self.marks:
+            return 0, self.end
+        if self.marks[-1][0] <= i:  # (most asked: its last token, after its last step)
+            return self.marks[-1]
+        k = bisect.bisect_right(self.marks, i, key=lambda m: m[0])
+        return self.marks[k - 1] if k else (0, self.end)
+
+    def token_at(self, i: int) -> float:
+        """When reply token `i` (0-based) comes: at the end of the step it is written in, or a
+        `gap` after the token before it, between steps."""
+        index, at = self._mark_before(max(i, 0))
+        return at + (max(i, 0) - index) * self.gap
+
+    def tokens_due(self, now: float) -> int:
+        """How many of its reply tokens come by `now`: those at step ends by then, and those a
+        `gap` apart after the last of them, up to the next step's token."""
+        if now < self.end:
+            return 0
+        k = bisect.bisect_right(self.marks, now, key=lambda m: m[1])
+        index, at = self.marks[k - 1] if k else (0, self.end)
+        upto = self.marks[k][0] if k < len(self.marks) else self.reply
+        return min(index + 1 + _gaps(now - at, self.gap), upto, self.reply)
 
 
 MLX_PROMPTS = 8
@@ -144,7 +181,10 @@ class Loop:
         self.free_at = 0.0
         self.arrivals = itertools.count()
         self.replanned: list[Turn] = []
-        """The turns the last plan placed again (their first tokens may have moved)."""
+        """The turns the last plan placed again: their first tokens, or their replies' tokens (a
+        stream in its steps), may have moved."""
+        self.placed: set[int] = set()
+        """The ids of `replanned`."""
         self.before: tuple[float, float] | None = None
         """The end and run of the last step dropped (`forget`): the last step when none is kept."""
         self.open: deque[EngineStep] = deque()
@@ -164,6 +204,12 @@ class Loop:
         self.queue.append(turn)
         self._plan(now, self._untouched(turn, max(ready - self._window(), now)), [turn])
         return turn
+
+    def pace(self, turn: Turn, gap: float) -> None:
+        """Its reply's tokens come `gap` apart between the steps it is in (booking.py books a decode
+        step of the streams decoding at its first token; until then, its stream's alone)."""
+        turn.gap = gap
+        self.span = max(self.span, turn.reply_end - turn.end)
 
     def alone_s(self, tokens: int, cached: int = 0) -> float:
         """Seconds `tokens` new tokens after `cached` take alone, in one piece."""
@@ -186,7 +232,7 @@ class Loop:
         step). True if it was to write some in steps still to come (plan again: `reflow`)."""
         if not isinstance(turn, Turn) or turn.reply_end <= now:
             return False
-        turn.reply = min(turn.reply, 1 + math.floor((now - turn.end) / turn.gap)) if turn.end <= now else 0
+        turn.reply = turn.tokens_due(now)
         return True
 
     def formed_tokens(self, turn: Turn, now: float) -> int:
@@ -228,7 +274,7 @@ class Loop:
         self._unplan(now)
         for t in turns:
             self.streams.pop(id(t), None)
-            t.last, t.shown, t.start, t.read = None, None, math.inf, 0
+            t.last, t.shown, t.start, t.read, t.marks = None, None, math.inf, 0, []
         self.reflow(now)
 
     def rejoin(self, turn: Turn, ready_at: float, rank: float, now: float) -> list[Turn]:
@@ -287,6 +333,9 @@ class Loop:
             self.open.pop()
         while self.steps and self.steps[-1].start >= since:
             step = self.steps.pop()
+            for t in step.decoders:  # its token in this step (its last mark) is planned again
+                t.marks.pop()
+                held[id(t)] = t
             for t, k in step.parts:
                 t.read -= k
                 held[id(t)] = t
@@ -299,7 +348,7 @@ class Loop:
         """Plan again from `since` (steps formed by `now` stay): step after step, as llama.cpp
         forms them, from the turns waiting."""
         waiting = {id(t): t for t in [*self._unplan(max(since, now)), *newcomers]}
-        self.replanned = list(waiting.values())
+        self.replanned, self.placed = list(waiting.values()), set(waiting)
         turns = [t for t in self.replanned if self._waits(t)]
         clock = max(now, self.steps[-1].end) if self.steps else now
         self._resume_showing(waiting, now)
@@ -322,8 +371,9 @@ class Loop:
             if last.end > now:
                 self.showing.append(t)
         self.replanned += [t for t in self.showing if id(t) not in planned]
+        self.placed.update(id(t) for t in self.showing)
 
-    def _next(self, turns: list[Turn], clock: float, running: list[Stream]) -> float:
+    def _next(self, turns: list[Turn], clock: float, running: list[Turn]) -> float:
         """Form the step at `clock` from the turns ready by then (with prefill first: taken by the
         engine, `_taken_by`), and return its end; with none, form nothing and return when the
         first of them is ready (taken: `_take_after`)."""
@@ -350,11 +400,11 @@ class Loop:
         """The last step's end and the start of its run (None: no step yet)."""
         return (self.steps[-1].end, self.steps[-1].run) if self.steps else self.before
 
-    def _idle_from(self, running: list[Stream], last_end: float) -> float:
+    def _idle_from(self, running: list[Turn], last_end: float) -> float:
         """When the engine runs out of work: its last step is over and every reply written."""
-        return max([last_end, *(s[1] for s in running), *(t.reply_end for t in self.showing)])
+        return max([last_end, *(t.reply_end for t in running), *(t.reply_end for t in self.showing)])
 
-    def _idle(self, turns: list[Turn], clock: float, running: list[Stream]) -> bool:
+    def _idle(self, turns: list[Turn], clock: float, running: list[Turn]) -> bool:
         """Whether the engine has no work at `clock`: no prompt of its run left to read, and its last
         step and every reply over."""
         last = self._last()
@@ -377,7 +427,7 @@ class Loop:
             return first + max(0, math.ceil((at - first) / BUDGET_S - 1e-9)) * BUDGET_S
         return run if at < first else first + math.floor((at - first) / BUDGET_S + 1e-9) * BUDGET_S
 
-    def _taken_by(self, turns: list[Turn], clock: float, running: list[Stream]) -> float:
+    def _taken_by(self, turns: list[Turn], clock: float, running: list[Turn]) -> float:
         """mlx_lm.server: the last time by `clock` it took the requests waiting. It takes them when
         it has no work, else when a run of steps has lasted BUDGET_S: at the end of the step under
         way, or, with replies alone to write (steps of a few ms, not formed here), BUDGET_S into the
@@ -392,7 +442,7 @@ class Loop:
             return clock  # no work: it takes a request the moment it comes
         return self._reply_take(end, run, clock, later=False)
 
-    def _take_after(self, ready: float, running: list[Stream]) -> float:
+    def _take_after(self, ready: float, running: list[Turn]) -> float:
         """When a request waiting since `ready` is taken, with no prompt left to read in the run:
         at once if the engine is idle, else at the next take while replies are written, or when
         the last reply is done (`_taken_by`). Without prefill first: at `ready`."""
@@ -415,15 +465,16 @@ class Loop:
         turn.start = math.inf  # in no step: its start is planned
         return True
 
-    def _form(self, ready: list[Turn], clock: float, running: list[Stream]) -> EngineStep:
+    def _form(self, ready: list[Turn], clock: float, running: list[Turn]) -> EngineStep:
         """The step formed at `clock` from the turns ready, by rank: each as many tokens as fit.
         A turn whose last token it holds starts writing its reply: it joins `running`."""
         if self.showing and not (self.steps and self.steps[-1].end == clock):  # a gap: shown, decoding
             self._show(running)
-        decodes = _decodes(running, clock)  # their tokens take their room first
-        parts, budget = self._take(ready, len(decodes))
-        batch = Step(self._pieces(parts), decodes)
+        decoding = _decoding(running, clock)  # their tokens take their room first
+        parts, budget = self._take(ready, len(decoding))
+        batch = Step(self._pieces(parts), tuple(_context(t) for t, _ in decoding))
         step = EngineStep(clock, clock + self.price(batch), parts, budget)
+        self._decode(step, decoding)
         self._wait(step, running)
         for t, k in parts:
             t.read, t.start = t.read + k, min(t.start, clock)
@@ -443,14 +494,24 @@ class Loop:
                 self.open.append(step)
         self.steps.append(step)
 
-    def _wait(self, step: EngineStep, running: list[Stream]) -> None:
+    def _decode(self, step: EngineStep, decoding: list[tuple[Turn, int]]) -> None:
+        """Each stream in `step` writes its reply token (its index given) at the step's end."""
+        step.decoders = tuple(t for t, _ in decoding)
+        for t, index in decoding:
+            t.marks.append((index, step.end))
+            if id(t) not in self.placed:  # its reply moved: its seat must follow (booking.py)
+                self.placed.add(id(t))
+                self.replanned.append(t)
+            self.span = max(self.span, t.reply_end - t.end)  # (`forget` keeps streams this long)
+
+    def _wait(self, step: EngineStep, running: list[Turn]) -> None:
         """With prefill first: the first tokens waiting wait for `step` too; those for which it is
         the last (MLX_SHOW_AFTER after their last piece) come at its end, and their streams decode
         in the steps after it."""
         for t in self.showing:
             t.shown, t.waits = step, t.waits - 1
         if any(not t.waits for t in self.showing):
-            running += [_stream(t) for t in self.showing if not t.waits]
+            running += [t for t in self.showing if not t.waits]
             self.showing = [t for t in self.showing if t.waits]
 
     def _take(self, ready: list[Turn], decoding: int) -> tuple[list[tuple[Turn, int]], int]:
@@ -482,7 +543,7 @@ class Loop:
             Piece(max(k, rows), t.cached + t.read, opens=not t.read, cached=t.cached) for t, k in parts
         )
 
-    def _read(self, turn: Turn, step: EngineStep, running: list[Stream]) -> None:
+    def _read(self, turn: Turn, step: EngineStep, running: list[Turn]) -> None:
         """`turn`'s last token is in `step`: its first token comes at its end, and it starts writing
         its reply, a stream in the steps after; with prefill first, MLX_SHOW_AFTER steps later
         (`_wait`), or at a gap before that (`_show`)."""
@@ -492,33 +553,48 @@ class Loop:
             turn.waits = MLX_SHOW_AFTER
             self.showing.append(turn)
         else:
-            running.append(_stream(turn))
+            running.append(turn)
 
-    def _show(self, running: list[Stream]) -> None:
+    def _show(self, running: list[Turn]) -> None:
         """With prefill first, a step formed after a gap (no prompt was waiting when the last one
         ended): the first tokens waiting came at the last one's end (the steps they waited for
         were a decode pass or two, a few ms, not formed here), and their streams decode."""
-        running += [_stream(t) for t in self.showing]
+        running += self.showing
         self.showing = []
 
-    def _running(self, clock: float) -> list[Stream]:
-        """The streams whose reply is not over by `clock` (the latest first tokens only: `span`):
-        a plan's steps start at `clock` or later, so no other stream can decode in them."""
+    def _running(self, clock: float) -> list[Turn]:
+        """The streams whose reply is not over by `clock`: a plan's steps start at `clock` or
+        later, so no other stream can decode in them. By seat or by arrival, those are the streams
+        in the last step kept and those whose first token it wrote (a stream running at its end
+        was running at its start); else the latest first tokens (`span`)."""
+        if self.steps and not self.prefill_first:
+            last = self.steps[-1]
+            ended = [t for t, _ in last.parts if t.last is last]
+            return [t for t in (*last.decoders, *ended) if t.reply_end > clock]
         recent = itertools.takewhile(lambda t: t.end >= clock - self.span, reversed(self.streams.values()))
         shown = {id(t) for t in self.showing}  # (prefill first: not yet; `_show` adds them)
-        return [_stream(t) for t in recent if t.reply_end > clock and id(t) not in shown]
+        return [t for t in recent if t.reply_end > clock and id(t) not in shown]
 
 
-Stream = tuple[float, float, int]
-"""A stream writing its reply: (its first token, its last, the context its tokens attend to)."""
+def _gaps(elapsed: float, gap: float) -> int:
+    """How many tokens a stream decoding alone writes in `elapsed` seconds, a `gap` apart."""
+    return math.floor(elapsed / gap + 1e-9) if gap > 0 else 1 << 62
 
 
-def _stream(turn: Turn) -> Stream:
-    return turn.end, turn.reply_end, reply_context(turn.cached + turn.tokens, turn.reply)
+def _decoding(running: list[Turn], clock: float) -> list[tuple[Turn, int]]:
+    """The streams writing a reply token in a step formed at `clock`, each with that token's
+    index: its first token came, and it has tokens left after those it wrote a gap apart since
+    its last step. Those with none left leave `running` (steps only move later)."""
+    running[:] = [t for t in running if t.reply_end > clock]
+    out: list[tuple[Turn, int]] = []
+    for t in running:
+        if t.end <= clock:
+            index, at = t.marks[-1] if t.marks else (0, t.end)
+            if (following := index + 1 + _gaps(clock - at, t.gap)) < t.reply:
+                out.append((t, following))
+    return out
 
 
-def _decodes(running: list[Stream], clock: float) -> tuple[int, ...]:
-    """The context of each stream writing a reply token in a step formed at `clock`: its first
-    token came and its reply is not over. Those over leave `running` (steps only move later)."""
-    running[:] = [s for s in running if s[1] > clock]
-    return tuple(context for first, _, context in running if first <= clock)
+def _context(turn: Turn) -> int:
+    """The context a stream's reply tokens attend to (step.reply_context: the prompt, half the reply)."""
+    return reply_context(turn.cached + turn.tokens, turn.reply)
