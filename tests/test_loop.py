@@ -149,6 +149,32 @@ def test_decode_streams_share_a_step_with_a_prompt_piece_and_their_tokens_wait_f
     assert [a.token_at(i) for i in (34, 35)] == pytest.approx([0.71681535, 1.0552098])
 
 
+@pytest.mark.parametrize("seats", [None, 2])
+def test_a_hang_up_that_takes_a_step_out_of_a_replys_way_brings_its_tokens_sooner_and_says_so(
+    seats: int | None,
+) -> None:
+    # a (100 tokens, 0.01 + 100e-9·100·50 = 0.0105 s) replies 200 tokens, 1/400 s apart alone:
+    # it would end at 0.0105 + 199·0.0025 = 0.508. b (3,000 tokens) comes at 0.1, when a has
+    # written tokens 0 to 35 (floor(0.0895 / 0.0025) = 35); its steps hold a's tokens 36 and 37:
+    #   b 2,047: 0.2047 + 100e-9·2,047·1,023.5 = 0.41421045, + 0.0025  -> 0.51671045
+    #   b 953:   0.0953 + 100e-9·953·2,523.5 = 0.33578955, + 0.0025    -> 0.855
+    # and a's other 162 tokens a gap apart: it ends at 0.855 + 0.405 = 1.26. b hangs up at 0.2,
+    # in its first step: that step is computed whole, and a's token 37 comes a gap after its 36:
+    # a ends at 0.51671045 + 163·0.0025 = 0.92421045. The server must be told (on_moved), or
+    # a writer waiting for a token at b's second step's end would write it 0.34 s late.
+    m = model(seats=seats)
+    told: list[Booking] = []
+    m.on_moved = told.extend
+    a = m.book(prompt(100, 0), 200, 0.0, 0.0)
+    assert a.reply_end == pytest.approx(0.508)
+    b = m.book(prompt(3000, 1), 1, 0.1, 0.1)
+    assert [a.token_at(i) for i in (35, 36, 37)] == pytest.approx([0.098, 0.51671045, 0.855])
+    assert a.reply_end == pytest.approx(1.26) and b.first_token_at == pytest.approx(0.855)
+    m.cancel(b, now=0.2)
+    assert a.token_at(37) == pytest.approx(0.51921045) and a.reply_end == pytest.approx(0.92421045)
+    assert a in told
+
+
 def test_the_vllm_policy_takes_prompts_by_arrival() -> None:
     # --step-policy vllm (vLLM's and SGLang's chunked prefill). The first test's 4 prompts on 2
     # seats: steps 1 and 2 as there; at a's first token c takes seat 0, but b came first:

@@ -102,12 +102,18 @@ CLIENT_CLOSED = 499
 async def until_first_token(state: ServerState, booking: Booking) -> None:
     """Wait for the booked first token, to a fraction of a millisecond (waits.OnTime); if a
     request ahead is cancelled, the time moves up and the wait is woken to look again."""
+    await until_moved(state, booking, lambda: booking.first_token_at)
+
+
+async def until_moved(state: ServerState, booking: Booking, due: Callable[[], float]) -> None:
+    """Wait until the time `due()` says, looking again whenever the model says it moved up
+    (`on_moved`: a hang-up ahead) or when the time comes and it has moved later."""
     waiting = state.waiting.setdefault(booking.rid, set())
     try:
-        while clock() < booking.first_token_at:
+        while clock() < due():
             # One future, set at the booked time or sooner by a cancel: no task per request, which
             # a burst of 64 arrivals would feel.
-            wake = state.on_time.at(booking.first_token_at)
+            wake = state.on_time.at(due())
             waiting.add(wake)
             try:
                 await wake
@@ -117,11 +123,14 @@ async def until_first_token(state: ServerState, booking: Booking) -> None:
         state.waiting.pop(booking.rid, None)
 
 
-async def until_token(booking: Booking, i: int) -> None:
+async def until_token(state: ServerState, booking: Booking, i: int) -> None:
     """Wait for reply token i's time. With batches (--batch-tokens) it is the end of a step its
-    stream is in, and a prompt that comes meanwhile may put a step before it: look again."""
-    while (due := booking.token_at(i)) > clock():
-        await sleep_until(due)
+    stream is in: a prompt that comes meanwhile may put a step before it (it moves later), and
+    a hang-up may take one out (it moves up, and the model says so)."""
+    if booking.follows_steps:
+        await until_moved(state, booking, lambda: booking.token_at(i))
+    else:
+        await sleep_until(booking.token_at(i))
 
 
 # ── Replies ──────────────────────────────────────────────────────────────────
@@ -143,7 +152,7 @@ async def stream_events(state: ServerState, booking: Booking, reply: Reply) -> A
                 piece = (reply.opening(booking) or "") + piece
             if i == last:
                 piece += (reply.usage(booking) if reply.include_usage else "") + DONE
-            await (until_first_token(state, booking) if i == 0 else until_token(booking, i))
+            await (until_first_token(state, booking) if i == 0 else until_token(state, booking, i))
             if reply.fault == "cut" and i == booking.reply_tokens // 2:
                 raise StreamCut(booking.rid)  # uvicorn closes the connection mid-body
             if i == last:
@@ -158,7 +167,7 @@ async def stream_events(state: ServerState, booking: Booking, reply: Reply) -> A
 async def reply_due(state: ServerState, booking: Booking) -> None:
     """Wait until a whole reply is due: its last token's time, moved up if a request ahead hung up."""
     await until_first_token(state, booking)
-    await until_token(booking, booking.reply_tokens - 1)
+    await until_token(state, booking, booking.reply_tokens - 1)
 
 
 async def whole_reply(state: ServerState, booking: Booking, reply: Reply, request: Request) -> Response:

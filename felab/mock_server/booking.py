@@ -77,6 +77,12 @@ class Booking:
     """What copying its prompt back from host memory takes once it has a seat (host_cache.py)."""
 
     @property
+    def follows_steps(self) -> bool:
+        """Whether its reply's tokens follow the engine's steps (--batch-tokens: loop.py), so
+        that a prompt that comes, or one that hangs up, may move them."""
+        return isinstance(self.prefill, Turn)
+
+    @property
     def found_blocks(self) -> int:
         """How many leading blocks of its prompt were cached when it was booked."""
         return self.cached_tokens // self.replica.cache.block_tokens
@@ -97,7 +103,7 @@ class Booking:
 
     def tokens_due(self, now: float) -> int:
         """How many reply tokens were due by `now` (what a client that left then had received)."""
-        if isinstance(self.prefill, Turn):  # its tokens follow the engine's steps (loop.py)
+        if isinstance(self.prefill, Turn):  # (follows_steps: for the type checker)
             return min(self.reply_tokens, self.prefill.tokens_due(now))
         if now < self.first_token_at:
             return 0
@@ -418,7 +424,7 @@ class PracticeModel:
         assert replica.seats is not None and isinstance(replica.lane, Loop)
         planned = self.planned.setdefault(replica.index, {})
         mine = list(planned.values())
-        was = {b.rid: b.first_token_at for b in mine}
+        was = {b.rid: (b.first_token_at, b.reply_end) for b in mine}
         waiting = [b for b in mine if b.prefill.ready_at >= now]  # not admitted by now
         replica.lane.withdraw([b.prefill for b in waiting if isinstance(b.prefill, Turn)], now)
         self._free_seats(replica, mine, now)
@@ -554,7 +560,12 @@ class PracticeModel:
         return dropped
 
 
-def _sooner(bookings: list[Booking], was: dict[str, float], besides: set[str]) -> list[Booking]:
-    """The `bookings` (but those whose ids are in `besides`) whose first token comes sooner than
-    it `was` (by request id) before."""
-    return [b for b in bookings if b.rid not in besides and b.first_token_at < was[b.rid]]
+def _sooner(bookings: list[Booking], was: dict[str, tuple[float, float]], besides: set[str]) -> list[Booking]:
+    """The `bookings` (but those whose ids are in `besides`) whose first token, or reply's end
+    (its tokens follow the steps: a step taken out of its way), comes sooner than it `was` (by
+    request id) before."""
+    return [
+        b
+        for b in bookings
+        if b.rid not in besides and (b.first_token_at < was[b.rid][0] or b.reply_end < was[b.rid][1])
+    ]

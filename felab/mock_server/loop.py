@@ -258,12 +258,16 @@ class Loop:
         return True
 
     def reflow(self, now: float) -> list[Turn]:
-        """Plan again from `now` (after hang-ups). The turns whose start or first token moved."""
-        was = {id(t): (round(t.start, 9), round(t.end, 9)) for t in self.queue}  # (but float rounding)
+        """Plan again from `now` (after hang-ups). The turns whose start, first token or reply's
+        end moved (a stream in the steps planned again)."""
+        turns = {id(t): t for t in self.queue}
+        for step in itertools.takewhile(lambda s: s.start >= now, reversed(self.steps)):
+            turns.update((id(t), t) for t in step.decoders)
+        was = {k: _times(t) for k, t in turns.items()}
         self._unplan(now)
         self.queue = deque(t for t in self.queue if not t.dropped)
         self._plan(now, now, list(self.queue))
-        return [t for t in self.queue if (round(t.start, 9), round(t.end, 9)) != was[id(t)]]
+        return [t for k, t in turns.items() if not t.dropped and _times(t) != was[k]]
 
     def withdraw(self, turns: list[Turn], now: float) -> None:
         """Take these turns out (waiting for a seat: none in a step formed by `now`), plan the rest
@@ -574,6 +578,11 @@ class Loop:
         recent = itertools.takewhile(lambda t: t.end >= clock - self.span, reversed(self.streams.values()))
         shown = {id(t) for t in self.showing}  # (prefill first: not yet; `_show` adds them)
         return [t for t in recent if t.reply_end > clock and id(t) not in shown]
+
+
+def _times(turn: Turn) -> tuple[float, float, float]:
+    """Its start, first token and reply's end, to the nanosecond (float rounding is no move)."""
+    return round(turn.start, 9), round(turn.end, 9), round(turn.reply_end, 9)
 
 
 def _gaps(elapsed: float, gap: float) -> int:
