@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from felab.calibrate.causes import cause, median_sample, priced_ms
+from felab.calibrate.causes import Alone, cause, median_sample, priced_ms
 from felab.calibrate.probes import Sample
 
 PROFILE = {"overhead_ms": 2.0, "prefill_tps": 10_000.0, "decode_tps": 500.0}
@@ -96,3 +96,29 @@ def test_a_term_miss_far_beyond_calibrates_own_fit_is_said_to_be_about_the_work(
     said = cause(302.0, 202.0, 0.05, samples, PROFILE, fitted_pct=4.0)  # -33%: over 3 x 4%
     assert "yet the same terms fitted calibrate's own cold prompts within 4% (median)" in said
     assert "yet" not in cause(222.0, 202.0, 0.01, samples, PROFILE, fitted_pct=4.0)  # -9%: under 12%
+
+
+def test_a_kind_that_misses_as_its_prompts_alone_do_is_alike() -> None:
+    # 4 prompts of ~1,050 tokens sent at once to one seat, 19% short, beside a cold kind of ~1,080
+    # tokens 19% short for a spread of the server's own (np1, 2026-12-07): the steps they share are
+    # not why; their own price is. The cold kind must be of about their size, and miss as far
+    # (within 5 points) the same way.
+    real, twin = [cold(1_050, 237.3)], [cold(1_050, 191.0)]
+    noise = "noise: -19% is no more than the real server's own spread between rounds (29%)"
+    alone = [Alone("cold, ~4,200 tokens", 4_200, -0.03), Alone("cold, ~1,080 tokens", 1_080, -0.19, noise)]
+    said = cause(237.3, 191.0, 0.07, (real, twin), PROFILE, cold=alone)
+    assert said.startswith("alike: -20%, as its prompts read alone (cold, ~1,080 tokens: -19%, noise)")
+    for other in (
+        [Alone("cold, ~1,080 tokens", 1_080, +0.02)],  # its prompts alone were right
+        [Alone("cold, ~1,080 tokens", 1_080, +0.19)],  # as far, the other way
+        [Alone("cold, ~1,080 tokens", 1_080, -0.30)],  # 10 points further
+        [Alone("cold, ~4,200 tokens", 4_200, -0.19)],  # 4 times their size
+    ):
+        assert not cause(237.3, 191.0, 0.07, (real, twin), PROFILE, cold=other).startswith("alike")
+    # a cold kind within target (short prompts: its miss under the 5 ms floor) is said to be so
+    within = cause(
+        237.3, 191.0, 0.07, (real, twin), PROFILE, cold=[Alone("cold, ~1,080 tokens", 1_080, -0.16)]
+    )
+    assert within.startswith(
+        "alike: -20%, as its prompts read alone (cold, ~1,080 tokens: -16%, within target)"
+    )

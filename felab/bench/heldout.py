@@ -72,6 +72,8 @@ COLD_SHARES = (0.18, 0.35, 0.52, 0.7)
 """Cold lengths as shares of the longest prompt a seat takes: none is calibrate's (6, 15, 30, 50,
 75, 100%) or --check's (11, 22, 40, 62, 88%)."""
 OPENING_SHARE, QUESTIONS_AFTER = 0.3, 4
+COLD = "cold, "
+"""How the kinds of cold prompts read alone are named (the alike cause compares the others with them)."""
 TURNS = 8
 TURN_REPLY = "Noted. I will keep that in mind and answer in the policy's own words."
 """The assistant's turn in the conversation, written here (not the model's reply, which differs
@@ -96,7 +98,7 @@ def held_out_round(p: Prober, biggest: int, out: dict[str, list[Sample]]) -> Non
     p.call(prompts.fresh(200, p.rng))  # untimed: the server sat idle while the other took its turn
     for share in COLD_SHARES:
         cold = prompts.fresh(p.tokens_to_chars(int(biggest * share)), p.rng, True)
-        add(f"cold, ~{int(biggest * share):,} tokens", [p.call(cold)])
+        add(f"{COLD}~{int(biggest * share):,} tokens", [p.call(cold)])
     opening = text(OPENING_SHARE)
     asked = [prompts.with_question(opening, q) for q in prompts.QUESTIONS[-QUESTIONS_AFTER - 1 :]]
     p.call(asked[0], keep_opening=True)  # untimed: it reads the opening (--check times that kind)
@@ -296,8 +298,7 @@ def run_case(
     print(f"{case.name}: {met} of {len(table)} kinds within target")
     if (scaled := card.scaled_note(table, speed)) is not None:
         print(scaled)
-    fitted = doc.get("fit", {}).get("ttft_residual_median_pct")
-    said = {r.kind: why(r, got, settings, fitted) for r in table if not r.within}
+    said = causes_of(table, got, settings, doc.get("fit", {}).get("ttft_residual_median_pct"))
     for kind, line in said.items():
         print(f"  why {kind}: {line}")
     if said:
@@ -322,15 +323,34 @@ def reference_now(
     return ratio
 
 
-def why(
-    row: card.Row, got: tuple[card.Rounds, card.Rounds], settings: dict[str, Any], fitted: float | None
-) -> str:
-    """The cause of one missed kind, from the profile's terms (felab/calibrate/causes.py)."""
-    real, twin = (card.pooled(r).get(row.kind, []) for r in got)
-    per_token = row.kind == TPOT
-    return causes.cause(
-        row.real_p50, row.twin_p50, row.real_itself, (real, twin), settings, per_token, fitted
-    )
+def causes_of(
+    table: list[card.Row],
+    got: tuple[card.Rounds, card.Rounds],
+    settings: dict[str, Any],
+    fitted: float | None,
+) -> dict[str, str]:
+    """Why each missed kind missed (felab/calibrate/causes.py), by kind. The cold kinds come first
+    in the table: each later kind is compared with them (the alike cause)."""
+    said: dict[str, str] = {}
+    alone: list[causes.Alone] = []
+    for row in table:
+        real, twin = (card.pooled(r).get(row.kind, []) for r in got)
+        if not row.within:
+            said[row.kind] = causes.cause(
+                row.real_p50,
+                row.twin_p50,
+                row.real_itself,
+                (real, twin),
+                settings,
+                row.kind == TPOT,
+                fitted,
+                alone,
+            )
+        if row.kind.startswith(COLD) and real and row.real_p50:
+            tokens = sorted(s.uncached for s in real)[(len(real) - 1) // 2]
+            error = (row.twin_p50 - row.real_p50) / row.real_p50
+            alone.append(causes.Alone(row.kind, tokens, error, said.get(row.kind)))
+    return said
 
 
 def main(argv: list[str] | None = None) -> None:

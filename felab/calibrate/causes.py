@@ -1,6 +1,6 @@
 """Why the twin missed a kind of work, read from the profile's terms (the held-out phase prints it).
 
-A miss (the twin's median more than 10% or the floor from the real server's) has one of four
+A miss (the twin's median more than 10% or the floor from the real server's) has one of these
 causes, tried in this order:
 
     noise    no larger than the real server's own spread between its rounds: a second run of the
@@ -8,6 +8,11 @@ causes, tried in this order:
     count    the twin counted the prompts' tokens differently from the real server (by more than
              3%, the same way as the miss, and by a third of it at least: a twin that counts more
              is slower): its tokenizer or characters-per-token ratio is off for this text;
+    alike    the kind's prompts, read alone, miss the same way: the cold kind nearest their size
+             (within 1.5x) missed by as much (within 5 points, the same sign). The steps they share
+             are priced as the server shares them; what is off is the prompts' own price, and that
+             kind's line says why (2 and 4 prompts at once on one seat, 2026-12-07: -20% and -19%,
+             beside a cold kind of their size at -19%, a spread of the server's own);
     waiting  most of the twin's time is spent behind other prompts' steps (the kind sends prompts
              together): the miss is in how steps are shared (the loop, batch_slowdown), not in the
              price of any one prompt;
@@ -24,7 +29,9 @@ twin's time for the work alone.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from felab.calibrate.probes import Sample
@@ -36,6 +43,23 @@ COUNT_TOLERANCE = 0.03
 """How far the two token counts may differ before the count is the cause."""
 WAITING_SHARE = 0.5
 """The twin's median is mostly waiting when more than this share of it is not the price alone."""
+ALIKE_POINTS = 0.05
+"""A kind misses as its prompts alone do when its error is within this of a cold kind's."""
+ALIKE_SIZE = 1.5
+"""...and that cold kind's prompts are within this factor of its own (uncached tokens)."""
+
+
+@dataclass(frozen=True)
+class Alone:
+    """A kind of cold prompts read alone, as the alike cause compares with it."""
+
+    kind: str
+    tokens: int
+    """Its prompts' median uncached tokens (the real server's count)."""
+    error: float
+    """The twin's median against the real one, a share (-0.19: 19% short)."""
+    said: str | None = None
+    """Why it missed (this module's line), or None: it was within target."""
 
 
 def priced_ms(sample: Sample, settings: Mapping[str, Any], per_token: bool = False) -> dict[str, float]:
@@ -69,10 +93,12 @@ def cause(
     settings: Mapping[str, Any],
     per_token: bool = False,
     fitted_pct: float | None = None,
+    cold: Sequence[Alone] = (),
 ) -> str:
     """One line: why the twin's median `twin` missed the real `real` on this kind of work.
     `samples` are the real server's and the twin's; `real_itself` the real server's spread;
-    `fitted_pct` how far calibrate's fit missed its own cold prompts (the median, %)."""
+    `fitted_pct` how far calibrate's fit missed its own cold prompts (the median, %); `cold`
+    the kinds of cold prompts read alone in the same run (the alike cause)."""
     error = (twin - real) / real if real else 0.0
     if real_itself is not None and abs(error) <= real_itself:
         spread = f"the real server's own spread between rounds ({real_itself:.0%})"
@@ -80,6 +106,9 @@ def cause(
     counted = count_cause(*samples, error)
     if counted and not per_token:
         return counted
+    like = None if per_token else alike_cause(error, samples[0], cold)
+    if like:
+        return like
     value = (lambda s: s.tpot_ms) if per_token else (lambda s: s.ttft_ms)
     middle = median_sample(samples[1], value)
     if middle is None:
@@ -112,6 +141,28 @@ def count_cause(real: list[Sample], twin: list[Sample], error: float) -> str | N
     return (
         f"count: the twin counted {abs(off):.0%} {'more' if off > 0 else 'fewer'} prompt tokens than the "
         f"server (median {mine:,} against {theirs:,}): the profile's token count is off for this text"
+    )
+
+
+def alike_cause(error: float, real: list[Sample], alone: Sequence[Alone]) -> str | None:
+    """The alike cause, if a cold kind of about the same prompts (`alone`) missed by as much, the
+    same way, as this kind (`error`, a share; `real`, the real server's samples of it)."""
+    sizes = sorted(s.uncached for s in real)
+    tokens = sizes[(len(sizes) - 1) // 2] if sizes else 0
+    near = [
+        a
+        for a in alone
+        if min(a.tokens, tokens) > 0 and max(a.tokens, tokens) <= ALIKE_SIZE * min(a.tokens, tokens)
+    ]
+    if not near:
+        return None
+    nearest = min(near, key=lambda a: abs(math.log(a.tokens / tokens)))
+    if error * nearest.error <= 0 or abs(error - nearest.error) > ALIKE_POINTS:
+        return None
+    why = nearest.said.split(":")[0] if nearest.said else "within target"
+    return (
+        f"alike: {error:+.0%}, as its prompts read alone ({nearest.kind}: {nearest.error:+.0%}, {why}): "
+        f"the steps they share are priced as the server shares them; the prompts' own price is what is off"
     )
 
 
