@@ -105,20 +105,23 @@ def test_decode_streams_share_a_step_with_a_prompt_piece_and_their_tokens_wait_f
     # a (1,000 tokens) and c (500) sent at 0 share step 1: 0.15 + 100e-9·(1,000·500 + 500·250)
     # = 0.2125 s, both first tokens then. Each writes a reply of 100 tokens, at a mean context of
     # its prompt and half the reply before a token (step.reply_context: 1,049 and 549). Between
-    # steps a token comes a booked gap after the one before: a was booked alone, a decode step of
-    # its stream, 1/400 + 100e-9·1,049 (decode_context_ns 100) = 0.0026049 s; c beside a's stream,
-    # 1/400·(1 + 0.5) + 100e-9·549 = 0.0038049.
-    # b (3,000 tokens) comes at 0.3. By then a wrote tokens 1 to 33 (33·0.0026049 = 0.0859617
-    # after 0.2125) and c 1 to 22; each writes its next in b's step, at its end, and they take 2
-    # of the 2,048 tokens (llama-server adds them to its batch before prompts):
+    # steps a token comes its gap after the one before: a was booked alone, a decode step of its
+    # stream, 1/400 + 100e-9·1,049 (decode_context_ns 100) = 0.0026049 s on average; c beside a's
+    # stream, 1/400·(1 + 0.5) + 100e-9·549 = 0.0038049. Each gap is the context term of one token
+    # more than the one before (a: 1e-7 s, c with 2 streams: 2e-7), around that mean: a's token k
+    # comes 0.0026049 + 1e-7·(k − 1 − 49) = 0.0025999 + 1e-7·k after k − 1; c's, 0.0037949 + 2e-7·k.
+    # b (3,000 tokens) comes at 0.3. By then a wrote tokens 1 to 33 (33·0.0025999 + 1e-7·561 =
+    # 0.0858528 after 0.2125) and c 1 to 23 (23·0.0037949 + 2e-7·276 = 0.0873379); each writes its
+    # next in b's step, at its end, and they take 2 of the 2,048 tokens (llama-server adds them to
+    # its batch before prompts):
     #   b 2,046 (after 0): 0.2046 + 100e-9·2,046·1,023 = 0.4139058
     #   2 streams: 1/400 + 0.5/400·(2 − 1) + 100e-9·(1,049 + 549) = 0.0039098
-    #                                     -> 0.7178156: a's token 34, c's 23
+    #                                     -> 0.7178156: a's token 34, c's 24
     # b's second step, at once, holds their next tokens too:
     #   b 954 (after 2,046): 0.0954 + 100e-9·954·2,523 = 0.3360942, + 0.0039098
-    #                                     -> 1.0578196: b's first token, a's token 35, c's 24
-    # then a's other 64 tokens a gap apart: its reply ends at 1.0578196 + 64·0.0026049 = 1.2245332,
-    # not at its booked 0.2125 + 99·0.0026049 = 0.4703851.
+    #                                     -> 1.0578196: b's first token, a's token 35, c's 25
+    # then a's tokens 36 to 99 at their gaps: 64·0.0025999 + 1e-7·(36 + ... + 99 = 4,320) =
+    # 0.1668256, so its reply ends at 1.2246452, not at its booked 0.2125 + 99·0.0026049 = 0.4703851.
     def run(hang_up: bool) -> tuple[Booking, Booking, list[EngineStep]]:
         m = model(decode_context_ns=100.0, decode_slowdown=0.5)
         a = m.book(prompt(1000, 0), 100, 0.0, 0.0)
@@ -135,11 +138,12 @@ def test_decode_streams_share_a_step_with_a_prompt_piece_and_their_tokens_wait_f
         [0.3, 0.7178156, 0.7178156, 1.0578196]
     )
     assert b.first_token_at == pytest.approx(1.0578196) and [k for _, k in steps[-2].parts] == [2046]
-    times = [0.2984617, 0.7178156, 1.0578196, 1.0604245]  # a gap, b's 2 steps (the stall), a gap
-    assert [a.token_at(i) for i in (33, 34, 35, 36)] == pytest.approx(times)
-    assert a.reply_end == pytest.approx(1.2245332)
+    times = [0.2983528, 0.7178156, 1.0578196, 1.0604231]  # a gap, b's 2 steps (the stall), a gap
+    assert [a.token_at(i) for i in (33, 34, 35, 36)] == pytest.approx(times, abs=1e-9)
+    assert a.reply_end == pytest.approx(1.2246452, abs=1e-9)
     assert [a.tokens_due(t) for t in (0.7, 0.7178156, 1.06, 1.061)] == [34, 35, 36, 37]
-    # c hangs up at 0.25, during its reply, with 10 tokens sent (0.0375 s is 9 gaps of 0.0038049):
+    # c hangs up at 0.25, during its reply, with 10 tokens sent (its first 9 gaps take 9·0.0037949 +
+    # 2e-7·45 = 0.0341631 s of the 0.0375; 10 take 0.03796):
     # its stream leaves the steps to come, and b's first step writes a's token only:
     #   b 2,047: 0.2047 + 100e-9·2,047·1,023.5 = 0.41421045, + 0.0026049 -> 0.71681535
     #   b 953: 0.0953 + 100e-9·953·2,523.5 = 0.33578955, + 0.0026049    -> 1.05520980
@@ -147,6 +151,22 @@ def test_decode_streams_share_a_step_with_a_prompt_piece_and_their_tokens_wait_f
     assert steps[-2].end == pytest.approx(0.71681535) and b.first_token_at == pytest.approx(1.0552098)
     assert [k for _, k in steps[-2].parts] == [2047]
     assert [a.token_at(i) for i in (34, 35)] == pytest.approx([0.71681535, 1.0552098])
+
+
+def test_a_replys_gaps_grow_with_its_context_and_average_the_booked_gap() -> None:
+    # A 1,000-token prompt alone replies 100 tokens; decode_context_ns 100. The booked gap is a
+    # decode step at the reply's mean context, 1/400 + 100e-9·1,049 = 0.0026049 s; each token
+    # attends to one token more than the one before, 1e-7 s more: token k comes 0.0025999 + 1e-7·k
+    # after token k − 1 (k = 1 .. 99), from 0.0026 to 0.0026098, and the 99 gaps add up to
+    # 99·0.0026049 = 0.2578851 s, as one booked gap would (the mean a fit reads stays).
+    m = model(decode_context_ns=100.0)
+    a = m.book(prompt(1000, 0), 100, 0.0, 0.0)
+    first = a.first_token_at
+    gaps = [a.token_at(i) - a.token_at(i - 1) for i in range(1, 100)]
+    assert gaps[0] == pytest.approx(0.0026, abs=1e-12) and gaps[-1] == pytest.approx(0.0026098, abs=1e-12)
+    assert a.reply_end - first == pytest.approx(99 * 0.0026049, abs=1e-12)
+    for i in (1, 2, 50, 99):  # what a client has got by a time, token by token
+        assert a.tokens_due(a.token_at(i)) == i + 1 and a.tokens_due(a.token_at(i) - 1e-7) == i
 
 
 @pytest.mark.parametrize("seats", [None, 2])

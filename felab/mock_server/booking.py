@@ -206,8 +206,9 @@ class PracticeModel:
             replica.cache.insert(prompt.keys, used_at=prefill.end)  # a batch: the TTL starts that early)
         streams, context = self.streams(replica, prefill.end), reply_context(prompt.tokens, reply_tokens)
         interval = self.timing.token_interval_s(streams, context)  # (context: prompt and half the reply)
-        if isinstance(prefill, Turn) and isinstance(replica.lane, Loop):
-            replica.lane.pace(prefill, interval)  # its tokens' gap between the steps it is in
+        if isinstance(prefill, Turn) and isinstance(replica.lane, Loop):  # its gaps between steps:
+            growth = self.timing.token_interval_s(streams, context + 1) - interval  # (one more to attend)
+            replica.lane.pace(prefill, interval, growth)
         rid, tokens = f"{next(self.ids)}", prompt.tokens
         b = Booking(rid, replica, tokens, cached, reply_tokens, arrival, prefill, interval, prompt.keys)
         b.seat, b.ready, b.restore_s = seat, ready, restore_s

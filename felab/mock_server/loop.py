@@ -19,8 +19,9 @@ A reply's tokens follow the steps: a stream writes one token in each step it is 
 step's end, so a step that also reads 2,048 tokens of another seat's prompt holds the reply
 back for the whole step (llama-server, measured: gaps of 0.4 to 0.6 s in a reply while another
 seat's prompt was read: docs/runs/2026-12-06-llama-reply-stalls.md). Between steps, where it
-decodes alone, its tokens come at its `gap` (stretches of decode alone are not formed as
-steps). Nothing reads a clock: the same code runs live and in a replay.
+decodes alone, each token comes its gap after the one before (`Turn.gaps`: the booked gap on
+average, each longer than the last by the context term of one token); stretches of decode alone
+are not formed as steps. Nothing reads a clock: the same code runs live and in a replay.
 """
 
 from __future__ import annotations
@@ -68,8 +69,16 @@ class Turn(Prefill):
     reply: int = 0
     """Its reply's tokens: after its first, one in each step it is in, and one a `gap` between steps."""
     gap: float = 0.0
-    """Its reply's gap between tokens where it decodes with no prompt read beside it (booking.py
-    sets the one it books: a decode step of the streams decoding then)."""
+    """Its reply's mean gap between tokens where it decodes with no prompt read beside it
+    (booking.py sets the one it books: a decode step of the streams decoding then, at the
+    reply's mean context)."""
+    growth: float = 0.0
+    """How much longer each token's gap is than the one before it: each attends to one token more
+    (the decode step's cost of one more token of context). Token k's gap (k >= 1) is
+    `gap` + growth·(k − 1 − `middle`), so the reply's gaps still average `gap`."""
+    middle: float = 0.0
+    """The middle of its reply's gaps, (reply − 2) / 2, fixed when it is paced (a hang-up that
+    cuts the reply short moves no token already due)."""
     marks: list[tuple[int, float]] = dataclasses.field(default_factory=list)
     """The reply tokens it writes at the ends of steps: (token index, time), in order."""
     read: int = 0
@@ -107,20 +116,40 @@ class Turn(Prefill):
         return self.marks[k - 1] if k else (0, self.end)
 
     def token_at(self, i: int) -> float:
-        """When reply token `i` (0-based) comes: at the end of the step it is written in, or a
-        `gap` after the token before it, between steps."""
+        """When reply token `i` (0-based) comes: at the end of the step it is written in, or its
+        gap after the token before it, between steps."""
         index, at = self._mark_before(max(i, 0))
-        return at + (max(i, 0) - index) * self.gap
+        return at + self.gaps(index, max(i, 0) - index)
+
+    def gaps(self, index: int, n: int) -> float:
+        """The seconds of the `n` gaps after token `index` (Σ of gap_k for k = index+1 .. index+n,
+        gap_k = first + growth·k, with first the gap a token 0 would have)."""
+        first = self.gap - self.growth * (1 + self.middle)
+        return n * first + self.growth * (n * index + n * (n + 1) / 2)
+
+    def written(self, index: int, elapsed: float) -> int:
+        """How many tokens after token `index` it writes, each its gap after the one before, in
+        `elapsed` seconds (with no step between)."""
+        if not self.growth:
+            return math.floor(elapsed / self.gap + 1e-9) if self.gap > 0 else 1 << 62
+        slack = 1e-9 * self.gap  # (the float rounding of times a whole number of gaps apart)
+        b = self.gap - self.growth * (1 + self.middle) + self.growth * (index + 0.5)
+        n = max(0, math.floor((-b + math.sqrt(max(b * b + 2 * self.growth * elapsed, 0.0))) / self.growth))
+        while n and self.gaps(index, n) > elapsed + slack:
+            n -= 1
+        while self.gaps(index, n + 1) <= elapsed + slack:
+            n += 1
+        return n
 
     def tokens_due(self, now: float) -> int:
-        """How many of its reply tokens come by `now`: those at step ends by then, and those a
-        `gap` apart after the last of them, up to the next step's token."""
+        """How many of its reply tokens come by `now`: those at step ends by then, and those its
+        gaps apart after the last of them, up to the next step's token."""
         if now < self.end:
             return 0
         k = bisect.bisect_right(self.marks, now, key=lambda m: m[1])
         index, at = self.marks[k - 1] if k else (0, self.end)
         upto = self.marks[k][0] if k < len(self.marks) else self.reply
-        return min(index + 1 + _gaps(now - at, self.gap), upto, self.reply)
+        return min(index + 1 + self.written(index, now - at), upto, self.reply)
 
 
 MLX_PROMPTS = 8
@@ -205,10 +234,11 @@ class Loop:
         self._plan(now, self._untouched(turn, max(ready - self._window(), now)), [turn])
         return turn
 
-    def pace(self, turn: Turn, gap: float) -> None:
-        """Its reply's tokens come `gap` apart between the steps it is in (booking.py books a decode
-        step of the streams decoding at its first token; until then, its stream's alone)."""
-        turn.gap = gap
+    def pace(self, turn: Turn, gap: float, growth: float = 0.0) -> None:
+        """Its reply's tokens come `gap` apart on average between the steps it is in, each gap
+        `growth` longer than the one before (booking.py books a decode step of the streams decoding
+        at its first token, at the reply's mean context; until then, its stream's alone)."""
+        turn.gap, turn.growth, turn.middle = gap, growth, (turn.reply - 2) / 2
         self.span = max(self.span, turn.reply_end - turn.end)
 
     def alone_s(self, tokens: int, cached: int = 0) -> float:
@@ -585,11 +615,6 @@ def _times(turn: Turn) -> tuple[float, float, float]:
     return round(turn.start, 9), round(turn.end, 9), round(turn.reply_end, 9)
 
 
-def _gaps(elapsed: float, gap: float) -> int:
-    """How many tokens a stream decoding alone writes in `elapsed` seconds, a `gap` apart."""
-    return math.floor(elapsed / gap + 1e-9) if gap > 0 else 1 << 62
-
-
 def _decoding(running: list[Turn], clock: float) -> list[tuple[Turn, int]]:
     """The streams writing a reply token in a step formed at `clock`, each with that token's
     index: its first token came, and it has tokens left after those it wrote a gap apart since
@@ -599,7 +624,7 @@ def _decoding(running: list[Turn], clock: float) -> list[tuple[Turn, int]]:
     for t in running:
         if t.end <= clock:
             index, at = t.marks[-1] if t.marks else (0, t.end)
-            if (following := index + 1 + _gaps(clock - at, t.gap)) < t.reply:
+            if (following := index + 1 + t.written(index, clock - at)) < t.reply:
                 out.append((t, following))
     return out
 
