@@ -385,11 +385,13 @@ def test_a_live_server_sends_first_tokens_at_the_ends_of_the_batches() -> None:
 
 
 def test_a_live_servers_reply_waits_for_the_steps_of_a_prompt_read_beside_it() -> None:
-    # A reply of 400 tokens, 2.5 ms apart alone (400 tokens/s); 50 ms into it, a ~2,600-token
-    # prompt on another request: its two steps (2,047 tokens and a reply token: ~0.207 s; 553:
-    # ~0.058 s) each hold one token of the reply, at their ends. So the reply has a gap of at
-    # least one step (the server never sends a token early: a firm bound), and writes a few
-    # tokens while the prompt is read, where booked gaps would write about 106 (0.265 s / 2.5 ms).
+    # A reply of 400 tokens, 2.5 ms apart alone (400 tokens/s: 0.9975 s from its first to its
+    # last); 50 ms into it, a ~2,600-token prompt on another request: its two steps (2,047 tokens
+    # and a reply token: ~0.207 s; 553: ~0.058 s) each hold one token of the reply, at their ends.
+    # So the reply has a gap of about one step, and ends about 0.26 s later than its booked gaps
+    # alone would end it. The server never sends a token early, but this client may read one late
+    # (a loaded machine): each bound leaves it 50 ms or more. With booked gaps (25b1e3d) the
+    # largest gap was 4.2 ms.
     times: list[float] = []
     other: list[float] = []
     flags = ("--batch-tokens", "2048", "--prefill-tps", "10000", "--overhead-ms", "0")
@@ -403,15 +405,12 @@ def test_a_live_servers_reply_waits_for_the_steps_of_a_prompt_read_beside_it() -
             if chunk.choices and chunk.choices[0].delta.content:
                 times.append(time.monotonic())
                 if len(times) == 20:  # ~50 ms into the reply
-                    sent = time.monotonic()
                     prompt.start()
         prompt.join()
-    assert len(times) == 400 and other
-    first_token = sent + other[0]
-    during = [t for t in times if sent < t < first_token]
+    assert len(times) == 400 and other  # every token, and the prompt's first
     gaps = [b - a for a, b in itertools.pairwise(times)]
-    assert max(gaps) >= 0.2, max(gaps)  # a step of 2,047 prompt tokens is 0.2047 s
-    assert len(during) < 40, len(during)
+    assert max(gaps) >= 0.15, max(gaps)  # a step of 2,047 prompt tokens and a reply token: 0.2072 s
+    assert times[-1] - times[0] >= 0.9975 + 0.13, times[-1] - times[0]  # ~0.26 s of steps more
 
 
 # ── Random work: what must hold whatever comes and goes ──────────────────────
