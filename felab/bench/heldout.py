@@ -347,9 +347,7 @@ def causes_of(
                 alone,
             )
         if row.kind.startswith(COLD) and real and row.real_p50:
-            tokens = sorted(s.uncached for s in real)[(len(real) - 1) // 2]
-            error = (row.twin_p50 - row.real_p50) / row.real_p50
-            alone.append(causes.Alone(row.kind, tokens, error, said.get(row.kind)))
+            alone.append(causes.Alone.of(row.kind, row.real_p50, row.twin_p50, real, said.get(row.kind)))
     return said
 
 

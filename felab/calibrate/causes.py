@@ -61,6 +61,17 @@ class Alone:
     said: str | None = None
     """Why it missed (this module's line), or None: it was within target."""
 
+    @classmethod
+    def of(cls, kind: str, real: float, twin: float, samples: list[Sample], said: str | None) -> Alone:
+        """A cold kind from its medians (real and twin, ms), the real server's samples and its line."""
+        return cls(kind, median_uncached(samples), (twin - real) / real if real else 0.0, said)
+
+
+def median_uncached(samples: list[Sample]) -> int:
+    """The uncached prompt tokens at the median (the lower middle of an even count; 0 if none)."""
+    sizes = sorted(s.uncached for s in samples)
+    return sizes[(len(sizes) - 1) // 2] if sizes else 0
+
 
 def priced_ms(sample: Sample, settings: Mapping[str, Any], per_token: bool = False) -> dict[str, float]:
     """What the twin charges for `sample`'s work alone, ms by term (those that charge anything): its
@@ -147,8 +158,7 @@ def count_cause(real: list[Sample], twin: list[Sample], error: float) -> str | N
 def alike_cause(error: float, real: list[Sample], alone: Sequence[Alone]) -> str | None:
     """The alike cause, if a cold kind of about the same prompts (`alone`) missed by as much, the
     same way, as this kind (`error`, a share; `real`, the real server's samples of it)."""
-    sizes = sorted(s.uncached for s in real)
-    tokens = sizes[(len(sizes) - 1) // 2] if sizes else 0
+    tokens = median_uncached(real)
     near = [
         a
         for a in alone

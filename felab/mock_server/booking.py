@@ -111,7 +111,8 @@ class Booking:
 
     def token_at(self, i: int) -> float:
         """When reply token i (0-based) is due: `interval_s` apart, or with batches (--batch-tokens),
-        at the ends of the steps its stream is in and `interval_s` apart between them (loop.py)."""
+        at the ends of the steps its stream is in, and between them each its gap after the one
+        before, `interval_s` on average (loop.py, `Turn.gaps`)."""
         if isinstance(self.prefill, Turn):
             return self.prefill.token_at(i)
         return self.prefill.end + i * self.interval_s
@@ -268,7 +269,7 @@ class PracticeModel:
         if not (isinstance(prefill, Turn) and isinstance(replica.lane, Loop)):
             return
         prefill.holder = b
-        moved = [t.holder for t in replica.lane.replanned if isinstance(t.holder, Booking)]
+        moved = [t.holder for t in replica.lane.replanned.values() if isinstance(t.holder, Booking)]
         moved = [x for x in moved if x.rid in self.live]  # (a hung-up one holds no seat)
         if any(x.seat is not None and x.seat.holder is not x for x in moved):
             self.on_moved(self._readmit(replica, now, everyone=True))  # a later one holds its seat

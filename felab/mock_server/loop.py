@@ -209,11 +209,9 @@ class Loop:
         """Formed and planned steps, in order (those no turn needs any more dropped from the front)."""
         self.free_at = 0.0
         self.arrivals = itertools.count()
-        self.replanned: list[Turn] = []
-        """The turns the last plan placed again: their first tokens, or their replies' tokens (a
-        stream in its steps), may have moved."""
-        self.placed: set[int] = set()
-        """The ids of `replanned`."""
+        self.replanned: dict[int, Turn] = {}
+        """The turns the last plan placed again, by id, in order: their first tokens, or their
+        replies' tokens (a stream in its steps), may have moved."""
         self.before: tuple[float, float] | None = None
         """The end and run of the last step dropped (`forget`): the last step when none is kept."""
         self.open: deque[EngineStep] = deque()
@@ -317,7 +315,7 @@ class Loop:
         turn.ready_at, turn.rank = ready_at, turn.rank if self.by_arrival else rank
         self.queue.append(turn)
         self._plan(now, self._untouched(turn, max(ready_at - self._window(), now)), [turn])
-        return self.replanned
+        return list(self.replanned.values())
 
     def _untouched(self, turn: Turn, since: float) -> float:
         """Where a newcomer ready at `since` first changes the plan: the start of the first planned
@@ -382,17 +380,17 @@ class Loop:
         """Plan again from `since` (steps formed by `now` stay): step after step, as llama.cpp
         forms them, from the turns waiting."""
         waiting = {id(t): t for t in [*self._unplan(max(since, now)), *newcomers]}
-        self.replanned, self.placed = list(waiting.values()), set(waiting)
-        turns = [t for t in self.replanned if self._waits(t)]
+        self.replanned = dict(waiting)
+        turns = [t for t in waiting.values() if self._waits(t)]
         clock = max(now, self.steps[-1].end) if self.steps else now
-        self._resume_showing(waiting, now)
+        self._resume_showing(now)
         running = self._running(clock)
         while turns:
             clock = self._next(turns, clock, running)
             turns = [t for t in turns if t.read < t.tokens]
         self.free_at = self.steps[-1].end if self.steps else min(self.free_at, now)
 
-    def _resume_showing(self, planned: dict[int, Turn], now: float) -> None:
+    def _resume_showing(self, now: float) -> None:
         """With prefill first: the turns whose first tokens still waited after the last step kept
         (`EngineStep.waiting`) wait for the steps formed after it, so they are placed again too
         (unless that step ended by `now`: their first tokens came)."""
@@ -404,8 +402,8 @@ class Loop:
             t.waits, t.shown = waits, None if t.last is last else last
             if last.end > now:
                 self.showing.append(t)
-        self.replanned += [t for t in self.showing if id(t) not in planned]
-        self.placed.update(id(t) for t in self.showing)
+        for t in self.showing:
+            self.replanned.setdefault(id(t), t)
 
     def _next(self, turns: list[Turn], clock: float, running: list[Turn]) -> float:
         """Form the step at `clock` from the turns ready by then (with prefill first: taken by the
@@ -533,9 +531,7 @@ class Loop:
         step.decoders = tuple(t for t, _ in decoding)
         for t, index in decoding:
             t.marks.append((index, step.end))
-            if id(t) not in self.placed:  # its reply moved: its seat must follow (booking.py)
-                self.placed.add(id(t))
-                self.replanned.append(t)
+            self.replanned.setdefault(id(t), t)  # its reply moved: its seat must follow (booking.py)
             self.span = max(self.span, t.reply_end - t.end)  # (`forget` keeps streams this long)
 
     def _wait(self, step: EngineStep, running: list[Turn]) -> None:
