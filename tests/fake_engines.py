@@ -11,11 +11,12 @@ Face cache, then the folder it loaded, by its full path; anything else 404 (no `
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from fake_http import JSONHandler
 
 VLLM = {
     "error": {
@@ -72,21 +73,8 @@ BODIES = {
 }
 
 
-class _JSONHandler(BaseHTTPRequestHandler):
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def _json(self, status: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
 def _handler(engine: str, model: str) -> type[BaseHTTPRequestHandler]:
-    class Handler(_JSONHandler):
+    class Handler(JSONHandler):
         def do_GET(self) -> None:
             if self.path == "/v1/models":
                 self._json(200, {"object": "list", "data": [{"id": model, "object": "model"}]})
@@ -105,7 +93,7 @@ def _handler(engine: str, model: str) -> type[BaseHTTPRequestHandler]:
 def _mlx_handler(ids: list[str]) -> type[BaseHTTPRequestHandler]:
     listed = {"object": "list", "data": [{"id": i, "object": "model", "created": 0} for i in ids]}
 
-    class Handler(_JSONHandler):
+    class Handler(JSONHandler):
         def do_GET(self) -> None:
             if self.path == "/v1/models":
                 self._json(200, listed)

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from fake_http import JSONHandler
+
 MODEL_PATH = "/models/practice.gguf"
 
 
@@ -50,17 +52,8 @@ class Seats:
 def _handler(mode: str, seats: Seats = Seats()) -> type[BaseHTTPRequestHandler]:
     modes = set(mode.split("+"))
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:  # keep test output clean
-            pass
-
-        def _json(self, status: int, body: dict) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    class Handler(JSONHandler):
+        content_type = "application/json; charset=utf-8"
 
         def _endless(self, content_type: str, opening: bytes, piece: bytes, every_s: float) -> None:
             """A 200 whose body never ends (close-delimited, HTTP/1.0): `opening`, then `piece`

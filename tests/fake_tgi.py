@@ -26,6 +26,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from fake_http import JSONHandler
+
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 
@@ -69,18 +71,7 @@ def refusal(args: argparse.Namespace, prompt: int, max_new: int, temperature: fl
 def _handler(args: argparse.Namespace) -> type[BaseHTTPRequestHandler]:
     seats = threading.BoundedSemaphore(args.max_concurrent_requests) if args.max_concurrent_requests else None
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *_: object) -> None:
-            pass
-
-        def _json(self, status: int, body: dict) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
+    class Handler(JSONHandler):
         def _event(self, body: object) -> None:
             self.wfile.write(f"data: {json.dumps(body) if not isinstance(body, str) else body}\n\n".encode())
 

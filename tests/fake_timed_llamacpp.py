@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from fake_http import JSONHandler
+
 MODEL_PATH = "/models/tiny-other.gguf"
 
 
@@ -79,19 +81,8 @@ def _chunk(delta: dict, **more: Any) -> bytes:
 
 
 def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JSONHandler):
         protocol_version = "HTTP/1.0"
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def _json(self, status: int, body: dict) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             if self.path == "/v1/models":
