@@ -95,7 +95,7 @@ TWIN = {
     "prefill_attention_ns", "masked_attention_ns", "decode_slowdown", "cached_token_us", "decode_context_ns",
     "ubatch_tokens",
     "tile_tokens", "untiled_ns", "chars_per_token", "batch_slowdown", "host_cache_tokens",
-    "host_restore_us", "tokenizer", "template_tokens", "template_message_tokens",
+    "host_restore_us", "tokenizer", "template_tokens", "template_message_tokens", "template_reply_tokens",
 }  # fmt: skip
 """The settings only `felab calibrate` writes: no lesson, lab page or README types them."""
 
@@ -128,6 +128,7 @@ TWIN_VALUES = Settings(
     ubatch_tokens=512, tile_tokens=64, untiled_ns=560.0, chars_per_token=3.87, batch_tokens=2048,
     batch_slowdown=0.05, cache_mode="seat-prefix", seats=4, host_cache_tokens=32768, host_restore_us=0.3,
     tokenizer="/models/tiny-model.gguf", template_tokens=-7, template_message_tokens=-3,
+    template_reply_tokens=-1,
 )  # fmt: skip
 """A llama.cpp twin's terms (docs/runs/2026-12-01-calibrate-llamacpp-tiny-final.toml's, with the rows,
 and llama-server's host-memory cache), and MLX's masked attention, so that every twin setting is set."""

@@ -229,15 +229,20 @@ def test_calibrate_records_the_gguf_llama_server_names_and_fits_the_template(
     message after the first (calibrate's second round of texts is sent as three messages)."""
     gguf_file = str(files[1])
     flags = ("--seats", "1", "--model", gguf_file, "--tokenizer", gguf_file, "--template-tokens", "7")
-    flags += ("--template-message-tokens", "2")
+    flags += ("--template-message-tokens", "2", "--template-reply-tokens", "-1")
+    flags += ("--cache-mode", "seat-prefix", "--block-tokens", "1")  # (a seat's longest common prefix)
     with practice_server(*flags) as url:
-        found = counting.find(prober(url, gguf_file), Target("mock", url, gguf_file, NO_KEY, False))
+        target = Target("mock", url, gguf_file, NO_KEY, False)
+        found = counting.find(prober(url, gguf_file), target, lcp=True)
+        blind = counting.find(prober(url, gguf_file), target)
     assert found.settings == {
         "tokenizer": str(files[1].resolve()),
         "template_tokens": 7,
         "template_message_tokens": 2,
+        "template_reply_tokens": -1,  # the counts alone cannot tell it (blind): a cached count does
     }
-    assert found.measured["token_count_error_tokens"] == [0] * counting.REQUESTS
+    assert "template_reply_tokens" not in blind.settings
+    assert found.measured["token_count_error_tokens"] == [0] * counting.TEXTS
     assert "counted with the engine's tokenizer" in found.line and "GET /props" in found.line
 
 
@@ -344,14 +349,20 @@ def test_the_card_says_how_far_the_twins_count_is_from_the_real_servers(files: t
     assert "(the profile counts with characters, 4 a token)" in note
 
 
-def test_a_conversations_next_turn_finds_cached_what_the_engine_would(files: tuple[Path, Path]) -> None:
+@pytest.mark.parametrize("reply", ["0", "-1"])
+def test_a_conversations_next_turn_finds_cached_what_the_engine_would(
+    files: tuple[Path, Path], reply: str
+) -> None:
     """The engine's template has other tokens than the practice server's, -7 a prompt and -3 a
     message after the first (llama-server's ChatML on the model the kit did not make): turn 2 of a
     conversation finds turn 1's whole prompt cached there, 724 of 776 tokens. The twin counts the
     template in its ids (tokens._marked), so its turn 2 finds as many: before, the -3 a message
-    came off the new turn alone, and 10 messages left it a few dozen tokens short."""
+    came off the new turn alone, and 10 messages left it a few dozen tokens short. A reply's opener
+    a token short of a message's marker (`reply` -1) is a token short at its end: the next turn's
+    assistant message still starts with all of it."""
     tok = str(files[0])
     flags = ("--tokenizer", tok, "--template-tokens", "-7", "--template-message-tokens", "-3")
+    flags += ("--template-reply-tokens", reply)
     flags += ("--seats", "1", "--cache-mode", "seat-prefix", "--block-tokens", "1")
     history = [{"role": "system", "content": "You answer questions about the policy. " * 40}]
     got = []

@@ -49,16 +49,19 @@ def meaning(name: str) -> tuple[str, str]:
     return (unit_of(f), f.metadata["help"]) if f else ("", "")
 
 
-PREFIX_BLOCK_TOKENS = 2
-"""Block size a twin of llama.cpp's cache (the longest common prefix, per seat) gets: the practice
-server compares a seat's prompt with a new one in whole blocks, so a small block keeps its miss
-under 2 tokens. It matters: a question after a cached opening is a last piece of few rows
-(untiled_ns), whose cost follows its row count, and 16-token blocks gave the twin 8 more rows on
-average (+27% on 20-row questions: docs/practice-server.md). Hashing 2-token blocks costs the
-twin 0.4 ms a 3,000-token prompt; a seat keeps its prompt whatever the cache's capacity."""
-LCP_BLOCK_TOKENS = 16
-"""Block size for a longest-common-prefix cache with no seats (MLX): the twin keeps it as a block
-cache, whose capacity is counted in blocks (4,096 of 16 tokens: 65,536 tokens)."""
+PREFIX_BLOCK_TOKENS = 1
+"""Block size a twin of a longest-common-prefix cache gets (llama.cpp's, per seat; mlx_lm's trie):
+the practice server compares a new prompt with the cache in whole blocks, so blocks of one token
+find what the engine finds, to the token. It matters: a question after a cached opening is a last
+piece of few rows (untiled_ns), whose cost follows its row count. On a question of 16 new tokens,
+16-token blocks gave the twin 8 to 12 more (+10 to +42% TTFT on mlx_lm.server), 2-token blocks
+0 or 1 more (docs/runs/2026-12-07-lcp-blocks-and-template.md). Hashing 1-token blocks costs the
+twin about 0.9 ms a 4,000-token prompt, after its arrival is stamped (the booking counts from
+then), so no first token comes later for it."""
+LCP_CACHE_TOKENS = 65_536
+"""The capacity of a longest-common-prefix cache with no seats (MLX), in tokens: the twin keeps it as
+a block cache (of PREFIX_BLOCK_TOKENS each). mlx_lm.server keeps 10 prompts whatever their lengths (its
+--prompt-cache-size, an LRU of whole KV caches); 65,536 tokens is 10 of about 6,500."""
 
 
 @dataclass
@@ -189,6 +192,13 @@ def pushed_finding(m: Measurements) -> fit.HostFinding | None:
     return fit.host_finding(o.prompt_tokens, m.pushed.seats, (b.cached_tokens, b.ttft_ms), o.ttft_ms)
 
 
+def cache_of(m: Measurements) -> fit.CacheFinding:
+    """What the openings showed about the prefix cache: reused? In whole blocks, or to the token?"""
+    warm = [(s.prompt_tokens, s.cached_tokens, s.ttft_ms) for o in m.openings for s in o.warm]
+    cold_open = fit.median([o.cold.ttft_ms for o in m.openings]) if m.openings else 1.0
+    return fit.cache_finding(warm, cold_open)
+
+
 def build(
     m: Measurements,
     target: Target,
@@ -207,9 +217,7 @@ def build(
     found, none = fit_terms(m)
     cold = [s for group in m.cold for s in group]
     tokens = fit.fit_chars_per_token([(s.chars, s.prompt_tokens) for s in [m.first, *cold]])
-    warm = [(s.prompt_tokens, s.cached_tokens, s.ttft_ms) for o in m.openings for s in o.warm]
-    cold_open = fit.median([o.cold.ttft_ms for o in m.openings]) if m.openings else 1.0
-    cache = fit.cache_finding(warm, cold_open)
+    cache = cache_of(m)
     cold_rounds = [  # sent at once and read cold (a prompt sent again after an empty reply was neither)
         r
         for r in m.together
@@ -342,12 +350,14 @@ def cache_settings(cache: fit.CacheFinding, seats: int | None) -> dict[str, Any]
     out: dict[str, Any] = {}
     if cache.kind == "seat-prefix" and seats:
         out["cache_mode"] = "seat-prefix"
-    elif cache.kind != "unknown":  # blocks; or a longest common prefix with no seats: 16-token blocks
+    elif cache.kind != "unknown":  # blocks; or a longest common prefix with no seats: small blocks
         out["cache_mode"] = "blocks"
     if cache.kind == "blocks" and cache.block_tokens:
         out["block_tokens"] = cache.block_tokens
     elif cache.kind == "seat-prefix":  # the practice server compares prompts block by block: small ones
-        out["block_tokens"] = PREFIX_BLOCK_TOKENS if seats else LCP_BLOCK_TOKENS
+        out["block_tokens"] = PREFIX_BLOCK_TOKENS
+        if not seats:
+            out["cache_blocks"] = LCP_CACHE_TOKENS // PREFIX_BLOCK_TOKENS
     if cache.reuse == "no":
         out["cache_blocks"] = 0
     return out

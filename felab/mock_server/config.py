@@ -181,6 +181,12 @@ class Settings:
         "practice server's plain template (its role markers are other tokens; calibrate fits it)",
         scope=SERVER, low=-1_000, high=1_000, twin=True,
     )  # fmt: skip
+    template_reply_tokens: int = setting(
+        0, "with --tokenizer: tokens the engine's reply opener (the template's last tokens) has beyond "
+        "a message's, taken from the first message: the count is the same, but a question after a "
+        "cached opening finds as many cached as the engine does (calibrate fits it from a cached count)",
+        scope=SERVER, low=-1_000, high=1_000, twin=True,
+    )  # fmt: skip
     cache_mode: str = setting(
         "blocks", "how a replica reuses earlier prompts: blocks (hashed blocks any request may reuse: "
         "vLLM, SGLang) or seat-prefix (each seat keeps its last prompt: llama.cpp; needs --seats)",

@@ -100,10 +100,13 @@ class TokenizerCounter:
     ids of the whole (tests/test_tokens.py checks it on spaces and newlines at a message's end);
     for any other tokenizer the whole text is encoded every time, to stay exact."""
 
-    def __init__(self, tokenizer: Any, fixed_tokens: int = 0, source: str = "", per_message: int = 0) -> None:
-        self.tokenizer, self.fixed, self.per_message = tokenizer, fixed_tokens, per_message
+    def __init__(
+        self, tokenizer: Any, fixed_tokens: int = 0, source: str = "", per_message: int = 0, reply: int = 0
+    ) -> None:
+        self.tokenizer, self.fixed, self.per_message, self.reply = tokenizer, fixed_tokens, per_message, reply
         fixed = f", {fixed_tokens:+d} tokens of chat template" if fixed_tokens else ""
         fixed += f" and {per_message:+d} a message after the first" if per_message else ""
+        fixed += f" ({reply:+d} in the reply's opener)" if reply else ""
         self.name = f"the tokenizer of {source or 'the engine'}{fixed}"
         special = {t.content for t in tokenizer.get_added_tokens_decoder().values()}
         self.by_message = type(tokenizer.pre_tokenizer).__name__ == "ByteLevel" and not any(
@@ -116,7 +119,9 @@ class TokenizerCounter:
         if not self.by_message:
             return self._encode(text)
         out: list[int] = []
-        for i, message in enumerate(MESSAGE_START.split(text)):
+        pieces = MESSAGE_START.split(text)
+        reply = self.reply if len(pieces) > 1 else 0  # (the last piece opens the reply)
+        for i, message in enumerate(pieces):
             ids = self.memo.get(message)
             if ids is None:
                 ids = self.memo[message] = self._encode(message)
@@ -124,7 +129,12 @@ class TokenizerCounter:
                     self.memo.popitem(last=False)
             else:
                 self.memo.move_to_end(message)
-            out.extend(_marked(ids, self.per_message if i else self.fixed - self.per_message))
+            if not i:
+                out.extend(_marked(ids, self.fixed - self.per_message - reply))
+            elif i < len(pieces) - 1:
+                out.extend(_marked(ids, self.per_message))
+            else:
+                out.extend(_opener(_marked(ids, self.per_message), reply))
         return out
 
     def _encode(self, text: str) -> list[int]:
@@ -155,6 +165,18 @@ def _marked(ids: list[int], more: int) -> list[int]:
     return ids[min(-more, len(ids) - 1) :]
 
 
+def _opener(ids: list[int], more: int) -> list[int]:
+    """The reply's opener as the engine reads it: `more` tokens longer or shorter at its end than a
+    message's marker (its start stays a marker's, so a conversation's next turn, which has that
+    marker where this prompt had the opener, finds it cached). The first message takes them off, so
+    the count is the same, and a question after a cached opening finds as many tokens cached as the
+    engine does: with the tiny model's template, one more (its generation prompt ends `assistant`,
+    with no newline, a message's header with one)."""
+    if more >= 0:
+        return ids + [MARKER] * more
+    return ids[: max(len(ids) + more, 1)]
+
+
 def messages(text: str) -> int:
     """How many messages the practice server's plain template holds in `text`: one role marker
     starts each after the first, and one more opens the reply."""
@@ -174,7 +196,12 @@ def counter_for(settings: Settings) -> TokenCounter:
     """The counter these settings name: the engine's tokenizer (`--tokenizer`), else characters."""
     if settings.tokenizer is None:
         return _chars(settings.chars_per_token)
-    return _loaded(settings.tokenizer, settings.template_tokens, settings.template_message_tokens)
+    return _loaded(
+        settings.tokenizer,
+        settings.template_tokens,
+        settings.template_message_tokens,
+        settings.template_reply_tokens,
+    )
 
 
 @functools.lru_cache(maxsize=16)
@@ -184,9 +211,9 @@ def _chars(chars_per_token: float) -> CharCounter:
 
 
 @functools.lru_cache(maxsize=4)
-def _loaded(path: str, fixed_tokens: int, per_message: int = 0) -> TokenizerCounter:
+def _loaded(path: str, fixed_tokens: int, per_message: int = 0, reply: int = 0) -> TokenizerCounter:
     """Read once per server (a tokenizer takes tens of ms to load), then every request reuses it."""
-    return TokenizerCounter(load_tokenizer(Path(path)), fixed_tokens, Path(path).name, per_message)
+    return TokenizerCounter(load_tokenizer(Path(path)), fixed_tokens, Path(path).name, per_message, reply)
 
 
 def load_tokenizer(path: Path) -> Any:
