@@ -29,6 +29,7 @@ server's `usage.prompt_tokens` for each:
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -283,7 +284,7 @@ def opener_shift(p: Prober, tok: TokenizerCounter) -> tuple[int | None, str]:
     if second.retried or not second.cached_tokens:
         return None, "the second question came back with no text, or found nothing cached"
     a, b = (tok.ids(chat_template([Message(**m) for m in ms])) for ms in (first, asked))
-    common = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    common = len(os.path.commonprefix([a, b]))  # (any sequences, not only strings)
     shift = common - second.cached_tokens
     if abs(shift) > MAX_SHIFT:
         return (
