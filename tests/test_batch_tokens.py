@@ -422,7 +422,7 @@ def pieces(step: EngineStep, before: dict[int, int]) -> tuple[Piece, ...]:
     out = []
     for t, k in step.parts:
         done = before.get(id(t), 0)
-        out.append(Piece(k, t.cached + done, opens=not done, cached=t.cached))
+        out.append(Piece(k, t.cached + done, opens=not done, cached=t.cached, seq=t.seat))
         before[id(t)] = done + k
     return tuple(out)
 

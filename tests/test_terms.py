@@ -16,7 +16,7 @@ from felab.mock_server import serve, terms
 from felab.mock_server.config import DEFAULTS, Settings
 from felab.mock_server.profile import END_LINE, SCHEMA, ProfileError, read_settings
 from felab.mock_server.step import Piece, Step, prompt_steps
-from felab.mock_server.terms import TERMS, Term
+from felab.mock_server.terms import TERMS, Term, untiled
 from felab.mock_server.timing import TimingModel
 
 LLAMA = TimingModel(
@@ -55,6 +55,43 @@ def test_each_terms_basis_on_a_step_worked_by_hand() -> None:
     }
     one = terms.basis(Step(decodes=(10,)), LLAMA)  # one stream alone
     assert one == {**dict.fromkeys(one, 0.0), "decode_rate": 1, "decode_context": 10}
+
+
+@pytest.mark.parametrize(
+    ("seqs", "tokens", "ubatches"),
+    [
+        # seats 2 and 3 follow on: 17 rows of each, then the longer one alone, cut at 512
+        ([2, 3], [17, 664], [[(0, 17), (1, 17)], [(1, 512)], [(1, 135)]]),
+        # seats 0 and 3 do not: each alone (as a prompt alone is cut: 664 = 512 + 152)
+        ([0, 3], [17, 664], [[(0, 17)], [(1, 512)], [(1, 152)]]),
+        # two seats share a ubatch at most 512 / 2 rows each, until the shorter runs out (300 = 256 + 44)
+        ([0, 1], [300, 1748], [[(0, 256), (1, 256)], [(0, 44), (1, 44)], [(1, 512)], [(1, 512)], [(1, 424)]]),
+        # a reply token of seat 1 first in the batch: it takes seat 2's first row, not seat 0's
+        ([1, 0, 2], [1, 17, 700], [[(0, 1), (2, 1)], [(1, 17)], [(2, 512)], [(2, 187)]]),
+        # no seats known: every entry alone
+        ([None, None], [17, 700], [[(0, 17)], [(1, 512)], [(1, 188)]]),
+    ],
+)
+def test_a_batch_is_cut_into_ubatches_as_llama_cpp_cuts_it(
+    seqs: list[int | None], tokens: list[int], ubatches: list[list[tuple[int, int]]]
+) -> None:
+    # llama-batch.cpp's split_equal(n_ubatch=512, sequential=true), by hand (terms/untiled.py).
+    assert list(untiled.split(seqs, tokens, 512)) == ubatches
+
+
+def test_rows_read_one_at_a_time_follow_the_ubatches_the_seats_make() -> None:
+    # A 17-token question in seat 2 beside 664 tokens of a cold prompt in seat 3: a ubatch of 17
+    # rows of each, so the cold prompt's first 17 rows are read row by row too (at its context
+    # 2,053 + 17); in seat 0 the question's ubatch is its own, and the cold prompt's last 152 are tiled.
+    question, cold = Piece(17, context=965, seq=2), Piece(664, context=2053, opens=False, seq=3)
+    assert untiled.untiled(Step((question, cold)), LLAMA) == 17 * (965 + 17) + 17 * (2053 + 17)
+    apart = Step((dataclasses.replace(question, seq=0), cold))
+    assert untiled.untiled(apart, LLAMA) == 17 * (965 + 17)
+    # a reply token in seat 1 goes first in the batch: a ubatch of one row each of seats 1, 2
+    # and 3, then 16 rows each of seats 2 and 3
+    shifted = Step((question, cold), decodes=(500,), decode_seqs=(1,))
+    question_rows = 1 * (965 + 1) + 16 * (965 + 17)
+    assert untiled.untiled(shifted, LLAMA) == question_rows + 1 * (2053 + 1) + 16 * (2053 + 17)
 
 
 def test_a_step_costs_the_sum_of_coefficient_times_basis() -> None:

@@ -66,6 +66,9 @@ class Turn(Prefill):
     """Tokens of its prompt already in context before its first piece."""
     rank: float = 0.0
     """Its place in a step: its seat's number (llama.cpp walks its slots), else its arrival."""
+    seat: int | None = None
+    """Its seat's number where the engine keeps a KV cache per seat (llama.cpp: which ubatches
+    its pieces share, terms/untiled.py); None: by arrival, or no seats."""
     reply: int = 0
     """Its reply's tokens: after its first, one in each step it is in, and one a `gap` between steps."""
     gap: float = 0.0
@@ -225,6 +228,7 @@ class Loop:
         self.forget(now)
         turn = Turn(ready, self.alone_s(new, cached), math.inf, tokens=max(new, 1), cached=cached)
         turn.rank = next(self.arrivals) if rank is None or self.by_arrival else rank
+        turn.seat = None if rank is None or self.by_arrival else int(rank)
         context = reply_context(cached + new, reply)  # its prompt, and half its reply on average
         turn.reply, turn.gap = reply, self.price(Step(decodes=(context,)))
         self.span = max(self.span, (reply - 1) * turn.gap)
@@ -313,6 +317,7 @@ class Loop:
         """Put back a turn taken out by `withdraw`, ready at `ready_at` (its admission) with this
         `rank` (its seat), as a newcomer is booked. The turns that plan placed again."""
         turn.ready_at, turn.rank = ready_at, turn.rank if self.by_arrival else rank
+        turn.seat = None if self.by_arrival else int(rank)
         self.queue.append(turn)
         self._plan(now, self._untouched(turn, max(ready_at - self._window(), now)), [turn])
         return list(self.replanned.values())
@@ -504,7 +509,7 @@ class Loop:
             self._show(running)
         decoding = _decoding(running, clock)  # their tokens take their room first
         parts, budget = self._take(ready, len(decoding))
-        batch = Step(self._pieces(parts), tuple(_context(t) for t, _ in decoding))
+        batch = Step(self._pieces(parts), tuple(_context(t) for t, _ in decoding), _seats(decoding))
         step = EngineStep(clock, clock + self.price(batch), parts, budget)
         self._decode(step, decoding)
         self._wait(step, running)
@@ -570,7 +575,8 @@ class Loop:
         3,486; with another 2,048, 2,442 to 3,490 (docs/runs/2026-12-06-mlx-first-token-steps.md)."""
         rows = max(k for _, k in parts) if self.prefill_first and parts else 0
         return tuple(
-            Piece(max(k, rows), t.cached + t.read, opens=not t.read, cached=t.cached) for t, k in parts
+            Piece(max(k, rows), t.cached + t.read, opens=not t.read, cached=t.cached, seq=t.seat)
+            for t, k in parts
         )
 
     def _read(self, turn: Turn, step: EngineStep, running: list[Turn]) -> None:
@@ -623,6 +629,13 @@ def _decoding(running: list[Turn], clock: float) -> list[tuple[Turn, int]]:
             if (following := index + 1 + t.written(index, clock - at)) < t.reply:
                 out.append((t, following))
     return out
+
+
+def _seats(decoding: list[tuple[Turn, int]]) -> tuple[int | None, ...]:
+    """The seats of the streams decoding, in seat order (llama-server adds their tokens to a
+    batch so); empty where any has none."""
+    seats = [t.seat for t, _ in decoding]
+    return () if None in seats else tuple(sorted(seats))  # type: ignore[type-var]
 
 
 def _context(turn: Turn) -> int:

@@ -34,6 +34,9 @@ class Piece:
     """Whether this is the first piece of its prompt read (where its cached prefix is met)."""
     cached: int = 0
     """Tokens of its prompt found in the cache (the same for all its pieces)."""
+    seq: int | None = None
+    """Its seat's number on an engine with a KV cache per seat (llama-server -np N), which
+    decides the ubatches it shares (terms/untiled.py); None: it shares none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,8 @@ class Step:
     pieces: tuple[Piece, ...] = ()
     decodes: tuple[int, ...] = ()
     """One entry per stream writing a reply token in this step: the tokens of context it attends."""
+    decode_seqs: tuple[int | None, ...] = ()
+    """Their seats' numbers, in order (as `Piece.seq`); empty: none known."""
 
     @property
     def new_tokens(self) -> int:
