@@ -152,6 +152,27 @@ def test_a_prompt_sharing_a_tenth_or_less_takes_the_seat_free_longest() -> None:
     assert q.seat is a.seat and q.cached_tokens == 5 * 64
 
 
+def test_of_seats_free_as_long_the_highest_is_taken_and_of_seats_as_similar_the_lowest() -> None:
+    # llama-server's slot choice (server-context.cpp, get_available_slot): the least recently used
+    # by `t_last_used <= t_last`, so of equals the last slot (a fresh -np 4 server puts its first
+    # request in slot 3, seen in its log: "id 3 | selected slot by LRU, t_last = -1"); the most
+    # similar by `f_sim_cur > f_sim_best`, so of equals the first, however long the others were
+    # free. Seat numbers decide which pieces share a ubatch (terms/untiled.py) and the order in a step.
+    model = twin(seats=4, host_cache_tokens=0)
+    seats = model.fleet.replicas[0].seats
+    assert seats is not None
+    first = model.book(prompt(A), 1, arrival=0.0, now=0.0)
+    assert seats.seats.index(first.seat) == 3
+    second = model.book(prompt(B), 1, arrival=0.0, now=0.0)  # seat 3 busy: of 0, 1, 2 the last
+    assert seats.seats.index(second.seat) == 2
+    for s in seats.seats[:2]:  # two seats holding the same prompt, both free, seat 1 the longer
+        s.keys = tuple(C)
+    seats.seats[0].free_at, seats.seats[1].free_at = 0.5, 0.1
+    later = max(s.free_at for s in seats.seats) + 1.0
+    again = model.book(prompt([*C, QUESTION]), 1, arrival=later, now=later)
+    assert seats.seats.index(again.seat) == 0
+
+
 @pytest.mark.parametrize("batch", [None, 2048], ids=["lane", "batches"])
 def test_a_request_moved_up_by_a_hang_up_still_pays_its_restore(batch: int | None) -> None:
     # One seat, 100 µs a restored token: A, then B pushes A out; C (5 blocks, read by 10.143 s)

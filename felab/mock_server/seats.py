@@ -14,7 +14,10 @@ With `--cache-mode seat-prefix` (llama.cpp's cache) each seat also keeps the pro
 read, and a request reuses the longest common prefix with its seat's prompt; it takes the
 free seat whose prompt shares the most with it (llama.cpp's slot similarity), else the one
 free longest (also when the most it shares is no more than a tenth of it, a chat template's
-few tokens: llama.cpp's --slot-prompt-similarity). Prefixes are compared in whole blocks of
+few tokens: llama.cpp's --slot-prompt-similarity). Of seats alike, llama.cpp takes the lowest
+of the most similar and the highest of those free longest (a fresh server's first request goes
+to its last seat), and so does the twin: seat numbers decide which prompt goes first in a step
+and which share a ubatch (terms/untiled.py). Prefixes are compared in whole blocks of
 `--block-tokens` tokens (the keys of cache.py), so a reuse is rounded down to a block: set a
 smaller block for a finer match.
 With `--host-cache-tokens`, prompts that leave their seats are saved in a second tier behind
@@ -82,10 +85,10 @@ class Seats:
         if not self.by_prefix:
             return min(free, key=lambda s: s.free_at), at, 0
         shared = [common_blocks(keys, s.keys) for s in free]
-        best = max(range(len(free)), key=lambda i: (shared[i], -free[i].free_at))
-        if shared[best] and shared[best] <= SIMILAR * len(keys):  # (a chat template's few tokens)
-            best = min(range(len(free)), key=lambda i: free[i].free_at)  # not similar: free longest
-        return free[best], at, shared[best]
+        best = max(range(len(free)), key=lambda i: shared[i])  # (of equals, the lowest seat)
+        if shared[best] <= SIMILAR * len(keys):  # (none, or a chat template's few tokens)
+            best = max(range(len(free)), key=lambda i: (-free[i].free_at, i))  # not similar: free longest
+        return free[best], at, shared[best]  # (of equals, the highest seat: llama.cpp's `<=`)
 
     def hold(
         self, seat: Seat, admission: float, until: float, keys: Sequence[int], holder: object = None
