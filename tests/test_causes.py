@@ -73,6 +73,30 @@ def test_a_twin_mostly_waiting_blames_how_steps_are_shared() -> None:
     assert "batch_tokens 2048" in said
 
 
+def test_a_wait_behind_a_cold_prompt_carries_that_prompts_miss() -> None:
+    # A warm question 100 ms behind a cold prompt of ~3,000 tokens (np1, 2026-12-07): the twin's
+    # 91 ms is mostly that wait, and the cold kind of ~3,120 tokens fell 42 ms short (208 against
+    # 166): the wait carries those 42 ms whole, most of the question's 88.
+    real, twin = [cold(1_017, 179.0, cached=1_000)], [cold(1_017, 91.0, cached=1_000)]
+    alone = [
+        Alone("cold, ~1,080 tokens", 1_080, -0.12, short_ms=6.0),
+        Alone("cold, ~3,120 tokens", 3_120, -0.20, short_ms=42.0),
+    ]
+    settings = PROFILE | {"batch_tokens": 2048}
+    said = cause(179.0, 91.0, 0.05, (real, twin), settings, cold=alone, behind=3_000)
+    assert said.startswith(
+        "carried: the twin waits behind a cold prompt of ~3,000 tokens, and cold, ~3,120 tokens "
+        "missed by +42 ms (-20%): the wait carries that whole, 42 of this kind's 88 ms"
+    )
+    for other, size in (
+        ([Alone("cold, ~3,120 tokens", 3_120, -0.08, short_ms=12.0)], 3_000),  # under a third of 88 ms
+        ([Alone("cold, ~3,120 tokens", 3_120, +0.20, short_ms=-42.0)], 3_000),  # the other way
+        (alone, 6_000),  # no cold kind of its size
+        (alone, None),  # it waits behind no cold prompt
+    ):
+        assert cause(179.0, 91.0, 0.05, (real, twin), settings, cold=other, behind=size).startswith("waiting")
+
+
 def test_a_token_gap_is_priced_by_the_decode_terms() -> None:
     """500 tokens a second: 2 ms a reply token; the real server's 3 ms is the decode rate +50%."""
     reply = Sample(

@@ -84,6 +84,7 @@ ROUNDS = 5
 START_S = 300
 """How long a real server may take to load its model (a wider one, on a busy machine)."""
 TPOT = "long reply: mean token gap"
+BEHIND = "warm question 100 ms behind a cold prompt"
 
 
 def held_out_round(p: Prober, biggest: int, out: dict[str, list[Sample]]) -> None:
@@ -109,7 +110,7 @@ def held_out_round(p: Prober, biggest: int, out: dict[str, list[Sample]]) -> Non
         add(f"{n} cold prompts at once", p.together(at_once))
     add(TPOT, [p.call(prompts.fresh(p.tokens_to_chars(100), p.rng, True), LONG_REPLY)])
     cold = prompts.fresh(p.tokens_to_chars(int(biggest * BEHIND_SHARE)), p.rng, True)
-    add("warm question 100 ms behind a cold prompt", [behind(p, text(0.2), cold)])
+    add(BEHIND, [behind(p, text(0.2), cold)])
 
 
 def conversation(p: Prober, opening: str) -> list[Sample]:
@@ -298,7 +299,7 @@ def run_case(
     print(f"{case.name}: {met} of {len(table)} kinds within target")
     if (scaled := card.scaled_note(table, speed)) is not None:
         print(scaled)
-    said = causes_of(table, got, settings, doc.get("fit", {}).get("ttft_residual_median_pct"))
+    said = causes_of(table, got, settings, doc.get("fit", {}).get("ttft_residual_median_pct"), biggest)
     for kind, line in said.items():
         print(f"  why {kind}: {line}")
     if said:
@@ -328,9 +329,11 @@ def causes_of(
     got: tuple[card.Rounds, card.Rounds],
     settings: dict[str, Any],
     fitted: float | None,
+    biggest: int = 0,
 ) -> dict[str, str]:
     """Why each missed kind missed (felab/calibrate/causes.py), by kind. The cold kinds come first
-    in the table: each later kind is compared with them (the alike cause)."""
+    in the table: each later kind is compared with them (the alike and carried causes; the warm
+    question waits behind a cold prompt of `biggest` · BEHIND_SHARE tokens)."""
     said: dict[str, str] = {}
     alone: list[causes.Alone] = []
     for row in table:
@@ -345,6 +348,7 @@ def causes_of(
                 row.kind == TPOT,
                 fitted,
                 alone,
+                int(biggest * BEHIND_SHARE) if row.kind == BEHIND else None,
             )
         if row.kind.startswith(COLD) and real and row.real_p50:
             alone.append(causes.Alone.of(row.kind, row.real_p50, row.twin_p50, real, said.get(row.kind)))

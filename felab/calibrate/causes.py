@@ -13,6 +13,11 @@ causes, tried in this order:
              are priced as the server shares them; what is off is the prompts' own price, and that
              kind's line says why (2 and 4 prompts at once on one seat, 2026-12-07: -20% and -19%,
              beside a cold kind of their size at -19%, a spread of the server's own);
+    carried  most of the twin's time is a wait behind a cold prompt (a warm question sent 100 ms
+             after one), and the cold kind nearest that prompt's size missed by a third as many
+             ms at least, the same way: the wait carries the cold prompt's error whole, so a -20%
+             on a 200 ms prompt is -40 ms on a question of 100 (np1, 2026-12-07: the question's
+             first token comes 13 to 30 ms after the cold prompt's, in llama-server's log);
     waiting  most of the twin's time is spent behind other prompts' steps (the kind sends prompts
              together): the miss is in how steps are shared (the loop, batch_slowdown), not in the
              price of any one prompt;
@@ -60,11 +65,14 @@ class Alone:
     """The twin's median against the real one, a share (-0.19: 19% short)."""
     said: str | None = None
     """Why it missed (this module's line), or None: it was within target."""
+    short_ms: float = 0.0
+    """How many ms the twin's median fell short of the real one (negative: it was slower)."""
 
     @classmethod
     def of(cls, kind: str, real: float, twin: float, samples: list[Sample], said: str | None) -> Alone:
         """A cold kind from its medians (real and twin, ms), the real server's samples and its line."""
-        return cls(kind, median_uncached(samples), (twin - real) / real if real else 0.0, said)
+        error = (twin - real) / real if real else 0.0
+        return cls(kind, median_uncached(samples), error, said, real - twin)
 
 
 def median_uncached(samples: list[Sample]) -> int:
@@ -105,11 +113,13 @@ def cause(
     per_token: bool = False,
     fitted_pct: float | None = None,
     cold: Sequence[Alone] = (),
+    behind: int | None = None,
 ) -> str:
     """One line: why the twin's median `twin` missed the real `real` on this kind of work.
     `samples` are the real server's and the twin's; `real_itself` the real server's spread;
     `fitted_pct` how far calibrate's fit missed its own cold prompts (the median, %); `cold`
-    the kinds of cold prompts read alone in the same run (the alike cause)."""
+    the kinds of cold prompts read alone in the same run (the alike cause); `behind` the tokens
+    of the cold prompt this kind waits behind, if it does (the carried cause)."""
     error = (twin - real) / real if real else 0.0
     if real_itself is not None and abs(error) <= real_itself:
         spread = f"the real server's own spread between rounds ({real_itself:.0%})"
@@ -127,7 +137,7 @@ def cause(
     parts = priced_ms(middle, settings, per_token)
     alone = sum(parts.values())
     if not per_token and twin - alone > WAITING_SHARE * twin:
-        return waiting_cause(twin, alone, settings)
+        return carried_cause(real - twin, behind, cold) or waiting_cause(twin, alone, settings)
     said = term_cause(real - twin, parts, per_token)
     if fitted_pct is not None and not per_token and 100 * abs(error) > 3 * max(fitted_pct, 1.0):
         said += (
@@ -173,6 +183,27 @@ def alike_cause(error: float, real: list[Sample], alone: Sequence[Alone]) -> str
     return (
         f"alike: {error:+.0%}, as its prompts read alone ({nearest.kind}: {nearest.error:+.0%}, {why}): "
         f"the steps they share are priced as the server shares them; the prompts' own price is what is off"
+    )
+
+
+def carried_cause(short_ms: float, behind: int | None, alone: Sequence[Alone]) -> str | None:
+    """The carried cause, if the twin waited behind a cold prompt of `behind` tokens and the cold
+    kind nearest it (within 1.5x) fell short the same way by a third of `short_ms` at least (the
+    count cause's share)."""
+    near = [
+        a
+        for a in alone
+        if behind and a.tokens and max(a.tokens, behind) <= ALIKE_SIZE * min(a.tokens, behind)
+    ]
+    if not near or not behind:
+        return None
+    nearest = min(near, key=lambda a: abs(math.log(a.tokens / behind)))
+    if nearest.short_ms * short_ms <= 0 or abs(nearest.short_ms) < abs(short_ms) / 3:
+        return None
+    return (
+        f"carried: the twin waits behind a cold prompt of ~{behind:,} tokens, and {nearest.kind} "
+        f"missed by {nearest.short_ms:+.0f} ms ({nearest.error:+.0%}): the wait carries that whole, "
+        f"{abs(nearest.short_ms):.0f} of this kind's {abs(short_ms):.0f} ms"
     )
 
 
