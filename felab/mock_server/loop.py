@@ -106,7 +106,10 @@ class Turn(Prefill):
     @property
     def reply_end(self) -> float:
         """When its stream writes its last reply token (as planned: no steps after the plan's)."""
-        return self.token_at(self.reply - 1)
+        i = self.reply - 1 if self.reply > 1 else 0  # (token_at, inlined: a replay asks 500,000 times)
+        marks = self.marks
+        index, at = marks[-1] if marks and marks[-1][0] <= i else self._mark_before(i)
+        return at + self.gaps(index, i - index) if i > index else at
 
     def _mark_before(self, i: int) -> tuple[int, float]:
         """The last token at or before index `i` written at a fixed time: a step's end, or the
@@ -121,8 +124,9 @@ class Turn(Prefill):
     def token_at(self, i: int) -> float:
         """When reply token `i` (0-based) comes: at the end of the step it is written in, or its
         gap after the token before it, between steps."""
-        index, at = self._mark_before(max(i, 0))
-        return at + self.gaps(index, max(i, 0) - index)
+        i = i if i > 0 else 0
+        index, at = self._mark_before(i)
+        return at + self.gaps(index, i - index)
 
     def gaps(self, index: int, n: int) -> float:
         """The seconds of the `n` gaps after token `index` (Σ of gap_k for k = index+1 .. index+n,
@@ -394,6 +398,9 @@ class Loop:
             clock = self._next(turns, clock, running)
             turns = [t for t in turns if t.read < t.tokens]
         self.free_at = self.steps[-1].end if self.steps else min(self.free_at, now)
+        for t in self.replanned.values():  # (`forget` keeps streams this long; once a plan, not a step)
+            if t.marks:
+                self.span = max(self.span, t.reply_end - t.end)
 
     def _resume_showing(self, now: float) -> None:
         """With prefill first: the turns whose first tokens still waited after the last step kept
@@ -537,7 +544,6 @@ class Loop:
         for t, index in decoding:
             t.marks.append((index, step.end))
             self.replanned.setdefault(id(t), t)  # its reply moved: its seat must follow (booking.py)
-            self.span = max(self.span, t.reply_end - t.end)  # (`forget` keeps streams this long)
 
     def _wait(self, step: EngineStep, running: list[Turn]) -> None:
         """With prefill first: the first tokens waiting wait for `step` too; those for which it is
