@@ -28,8 +28,9 @@ the target is within 10%, or 5 ms (0.5 ms for a token gap). The cases (each need
     mlx     mlx_lm.server on CPU with the kit's tiny model (make engines)
 
 Each kind that misses gets a line saying why, read from the profile's terms
-(felab/calibrate/causes.py): the real server's own noise, the token count, waiting behind other
-prompts' steps, a term that would have to cost so much more or less, or a mechanism no term can
+(felab/calibrate/causes.py): the real server's own noise, the token count, a miss its prompts make
+alone too, a cold prompt's miss carried into the wait behind it, waiting behind other prompts'
+steps, a term that would have to cost so much more or less, or a mechanism no term can
 stand for. Before the rounds, the profile's reference prompts go to the real server again (as
 `--check` sends them): a shared machine's speed moves within minutes, and a calibration made in a
 slow minute reads as a twin too slow. Each case says how many times their calibration time they
