@@ -140,6 +140,8 @@ class Turn(Prefill):
         if not self.growth:
             return math.floor(elapsed / self.gap + 1e-9) if self.gap > 0 else 1 << 62
         slack = 1e-9 * self.gap  # (the float rounding of times a whole number of gaps apart)
+        if self.gaps(index, 1) > elapsed + slack:  # (most asked: a step right after its last)
+            return 0
         b = self.gap - self.growth * (1 + self.middle) + self.growth * (index + 0.5)
         n = max(0, math.floor((-b + math.sqrt(max(b * b + 2 * self.growth * elapsed, 0.0))) / self.growth))
         while n and self.gaps(index, n) > elapsed + slack:
