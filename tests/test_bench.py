@@ -85,9 +85,25 @@ def test_the_held_out_phase_runs_every_kind_of_work_on_both_servers_and_sums_up_
     # the profile's reference prompts, sent to the "real" server again before the rounds
     said = re.search(r"the reference prompts \(([\d,]+) tokens, cold\), before the rounds: ([\d.]+)x", out)
     assert said is not None and float(said[2]) > 0, out[-3000:]
+    # and after them: the summary gives both
+    after = re.search(r"the reference prompts \(([\d,]+) tokens, cold\), after the rounds: ([\d.]+)x", out)
+    assert after is not None and after[1] == said[1], out[-3000:]
     summary = out.strip().splitlines()[-1].split()
     assert summary[0] == "known" and summary[2] == "of" and summary[3] == "10", out[-1500:]
-    assert summary[-1] == f"{float(said[2]):.2f}x", out[-1500:]
+    assert summary[-3:] == [f"{float(said[2]):.2f}x", "->", f"{float(after[2]):.2f}x"], out[-1500:]
+
+
+def test_a_reference_that_moved_during_the_rounds_is_said_to_have_moved() -> None:
+    from felab.bench.heldout import drift_note, speeds
+
+    moved = drift_note(1.24, 0.93)  # 25% faster after than before
+    assert moved is not None and moved.startswith(
+        "the machine's speed moved during the rounds: the reference read 1.24x before them and 0.93x after"
+    )
+    assert "a miss of 25% or less may be the machine's" in moved
+    assert drift_note(1.00, 1.08) is None  # within 10%
+    assert drift_note(None, 1.5) is None and drift_note(1.5, None) is None  # no reference
+    assert speeds(1.24, 0.93) == "1.24x -> 0.93x" and speeds(None, None) == "-"
 
 
 def test_the_model_the_kit_did_not_make_is_named_from_make_and_a_missing_one_says_how(tmp_path) -> None:

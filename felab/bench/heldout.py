@@ -34,7 +34,8 @@ steps, a term that would have to cost so much more or less, or a mechanism no te
 stand for. Before the rounds, the profile's reference prompts go to the real server again (as
 `--check` sends them): a shared machine's speed moves within minutes, and a calibration made in a
 slow minute reads as a twin too slow. Each case says how many times their calibration time they
-took, and what its kinds would read with the twin scaled by that. It asserts nothing (a shared
+took, and what its kinds would read with the twin scaled by that; after the rounds they go again,
+and a case whose reference moved by more than 10% between says so. It asserts nothing (a shared
 machine's noise is what it shows); the figures go to docs/runs/.
 """
 
@@ -275,9 +276,10 @@ TINY = Case("known", "a practice server with known settings (as the real one)", 
 
 def run_case(
     case: Case, folder: Path, rounds: int, biggest: int
-) -> tuple[list[card.Row], dict[str, str], float | None]:
+) -> tuple[list[card.Row], dict[str, str], str]:
     """Calibrate the case's real server, start its twin, run the held-out work on both. The rows,
-    each miss's cause, and the reference prompts' time against calibration's (`reference_now`)."""
+    each miss's cause, and the reference prompts' time against calibration's, before the rounds
+    and after them (`reference_now`, `speeds`)."""
     print(f"\n== held out: {case.name}: {case.what} (load average {load()}) ==", flush=True)
     with case.start(folder) as real_target:
         profile = folder / f"{case.name}.toml"
@@ -294,35 +296,60 @@ def run_case(
             twin = Prober(twin_target, client(twin_target), 10_000, lambda s: None, seed=seed)
             twin.chars_per_token = real.chars_per_token
             got = alternate(real, twin, biggest, rounds)
+        after = reference_now(real, doc.get("measured", {}), settings, seed + 1, "after")
     table = rows(*got)
     print(tabulate([r.cells() for r in table], headers="keys", floatfmt=".1f"))
     met = sum(r.within for r in table)
     print(f"{case.name}: {met} of {len(table)} kinds within target")
-    if (scaled := card.scaled_note(table, speed)) is not None:
-        print(scaled)
+    for note in (card.scaled_note(table, speed), drift_note(speed, after)):
+        if note is not None:
+            print(note)
     said = causes_of(table, got, settings, doc.get("fit", {}).get("ttft_residual_median_pct"), biggest)
     for kind, line in said.items():
         print(f"  why {kind}: {line}")
     if said:
         print("the profile's settings:", {k: v for k, v in settings.items() if k != "tokenizer"})
-    return table, said, speed
+    return table, said, speeds(speed, after)
 
 
 def reference_now(
-    real: Prober, measured: dict[str, Any], settings: dict[str, Any], seed: int
+    real: Prober, measured: dict[str, Any], settings: dict[str, Any], seed: int, when: str = "before"
 ) -> float | None:
     """The profile's reference prompts (cold, of the length calibrate timed them at: its
     `measured` table) sent to the real server again: how many times their time at calibration
-    they take now (check.py's probe). Said on a line; None if the profile has no reference."""
+    they take now (check.py's probe). Said on a line; None if the profile has no reference.
+    `when`: before or after the rounds (new text each time: `seed`)."""
     tokens = measured.get("reference_tokens")
     if not isinstance(tokens, int):
         return None
     now = card.reference(real, tokens, real.chars_per_token, seed)
     ratio = card.reference_ratio(now, measured, settings)
     if ratio is not None:
-        print(f"the reference prompts ({tokens:,} tokens, cold), before the rounds: {ratio:.2f}x their "
+        print(f"the reference prompts ({tokens:,} tokens, cold), {when} the rounds: {ratio:.2f}x their "
               f"time at calibration", flush=True)  # fmt: skip
     return ratio
+
+
+DRIFT = 0.1
+"""The reference moved more than this share between before and after the rounds: the machine's
+speed moved within them (np1, 2026-12-07: 1.24x before one run, 0.75x before the next)."""
+
+
+def drift_note(before: float | None, after: float | None) -> str | None:
+    """What the reference before and after the rounds says of the rounds between them: None if
+    either is missing or they differ by DRIFT or less."""
+    if before is None or after is None or abs(after / before - 1) <= DRIFT:
+        return None
+    return (
+        f"the machine's speed moved during the rounds: the reference read {before:.2f}x before them and "
+        f"{after:.2f}x after, so no one scale stands for them; a miss of {abs(after / before - 1):.0%} or "
+        f"less may be the machine's"
+    )
+
+
+def speeds(before: float | None, after: float | None) -> str:
+    """The summary's column: the reference before the rounds, and after them."""
+    return " -> ".join(f"{r:.2f}x" for r in (before, after) if r is not None) or "-"
 
 
 def causes_of(
@@ -395,7 +422,7 @@ def main(argv: list[str] | None = None) -> None:
                 "worst kind": worst.kind,
                 "its error": card.error(worst.twin_p50, worst.real_p50),
                 "misses' causes": ", ".join(sorted({line.split(":")[0] for line in said.values()})) or "-",
-                "reference now / at calibration": "-" if speed is None else f"{speed:.2f}x",
+                "reference now / at calibration (before -> after)": speed,
             })  # fmt: skip
     print("\n" + tabulate(summary, headers="keys"))
 
