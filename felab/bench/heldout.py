@@ -338,12 +338,12 @@ speed moved within them (np1, 2026-12-07: 1.24x before one run, 0.75x before the
 def drift_note(before: float | None, after: float | None) -> str | None:
     """What the reference before and after the rounds says of the rounds between them: None if
     either is missing or they differ by DRIFT or less."""
-    if before is None or after is None or abs(after / before - 1) <= DRIFT:
+    if before is None or after is None or (moved := abs(after / before - 1)) <= DRIFT:
         return None
     return (
         f"the machine's speed moved during the rounds: the reference read {before:.2f}x before them and "
-        f"{after:.2f}x after, so no one scale stands for them; a miss of {abs(after / before - 1):.0%} or "
-        f"less may be the machine's"
+        f"{after:.2f}x after, so no one scale stands for them; a miss of {moved:.0%} or less may be the "
+        f"machine's"
     )
 
 
@@ -357,7 +357,7 @@ def causes_of(
     got: tuple[card.Rounds, card.Rounds],
     settings: dict[str, Any],
     fitted: float | None,
-    biggest: int = 0,
+    biggest: int,
 ) -> dict[str, str]:
     """Why each missed kind missed (felab/calibrate/causes.py), by kind. The cold kinds come first
     in the table: each later kind is compared with them (the alike and carried causes; the warm

@@ -165,19 +165,21 @@ def count_cause(real: list[Sample], twin: list[Sample], error: float) -> str | N
     )
 
 
-def alike_cause(error: float, real: list[Sample], alone: Sequence[Alone]) -> str | None:
-    """The alike cause, if a cold kind of about the same prompts (`alone`) missed by as much, the
-    same way, as this kind (`error`, a share; `real`, the real server's samples of it)."""
-    tokens = median_uncached(real)
+def nearest_cold(alone: Sequence[Alone], tokens: int) -> Alone | None:
+    """The cold kind whose prompts are nearest `tokens` in size, if within ALIKE_SIZE of it."""
     near = [
         a
         for a in alone
         if min(a.tokens, tokens) > 0 and max(a.tokens, tokens) <= ALIKE_SIZE * min(a.tokens, tokens)
     ]
-    if not near:
-        return None
-    nearest = min(near, key=lambda a: abs(math.log(a.tokens / tokens)))
-    if error * nearest.error <= 0 or abs(error - nearest.error) > ALIKE_POINTS:
+    return min(near, key=lambda a: abs(math.log(a.tokens / tokens)), default=None)
+
+
+def alike_cause(error: float, real: list[Sample], alone: Sequence[Alone]) -> str | None:
+    """The alike cause, if a cold kind of about the same prompts (`alone`) missed by as much, the
+    same way, as this kind (`error`, a share; `real`, the real server's samples of it)."""
+    nearest = nearest_cold(alone, median_uncached(real))
+    if nearest is None or error * nearest.error <= 0 or abs(error - nearest.error) > ALIKE_POINTS:
         return None
     why = nearest.said.split(":")[0] if nearest.said else "within target"
     return (
@@ -190,15 +192,8 @@ def carried_cause(short_ms: float, behind: int | None, alone: Sequence[Alone]) -
     """The carried cause, if the twin waited behind a cold prompt of `behind` tokens and the cold
     kind nearest it (within 1.5x) fell short the same way by a third of `short_ms` at least (the
     count cause's share)."""
-    near = [
-        a
-        for a in alone
-        if behind and a.tokens and max(a.tokens, behind) <= ALIKE_SIZE * min(a.tokens, behind)
-    ]
-    if not near or not behind:
-        return None
-    nearest = min(near, key=lambda a: abs(math.log(a.tokens / behind)))
-    if nearest.short_ms * short_ms <= 0 or abs(nearest.short_ms) < abs(short_ms) / 3:
+    nearest = nearest_cold(alone, behind or 0)
+    if nearest is None or nearest.short_ms * short_ms <= 0 or abs(nearest.short_ms) < abs(short_ms) / 3:
         return None
     return (
         f"carried: the twin waits behind a cold prompt of ~{behind:,} tokens, and {nearest.kind} "

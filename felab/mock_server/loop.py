@@ -642,8 +642,8 @@ def _decoding(running: list[Turn], clock: float) -> list[tuple[Turn, int]]:
 def _seats(decoding: list[tuple[Turn, int]]) -> tuple[int | None, ...]:
     """The seats of the streams decoding, in seat order (llama-server adds their tokens to a
     batch so); empty where any has none."""
-    seats = [t.seat for t, _ in decoding]
-    return () if None in seats else tuple(sorted(seats))  # type: ignore[type-var]
+    seats = [t.seat for t, _ in decoding if t.seat is not None]
+    return tuple(sorted(seats)) if len(seats) == len(decoding) else ()
 
 
 def _context(turn: Turn) -> int:
