@@ -189,7 +189,6 @@ def explain(exc: Exception, target: Target) -> FelabError:
     says they mean (never on message text). The API key is never part of any message.
     """
     name, url = target.name, target.base_url
-    engine = ENGINES.get(name)
     if (stopped := stopped_by(exc)) is not None:  # the kit stopped reading, at one of its limits
         return stopped
     if isinstance(exc, openai.APITimeoutError):
@@ -214,7 +213,14 @@ def explain(exc: Exception, target: Target) -> FelabError:
             f"The {name} server at {url} sent an error inside its streamed reply "
             f"(HTTP {status or 'status not given'}: {said}). Its words say what to change; run again then."
         )
-    status = exc.status_code
+    return _refused(exc, target, said)
+
+
+def _refused(exc: openai.APIStatusError, target: Target, said: str) -> FelabError:
+    """An HTTP error status answered to a call to `target`: what it means, and what to do next
+    (`said`: the server's own words, shortened)."""
+    name, url, status = target.name, target.base_url, exc.status_code
+    engine = ENGINES.get(name)
     meaning = f" {engine.meanings[status]}" if engine and status in engine.meanings else ""
     if status == 401:
         return FelabError(f"The {name} server refused the API key (HTTP 401: {said}). {_key_advice(target)}")

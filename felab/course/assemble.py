@@ -34,7 +34,7 @@ import yaml
 
 from felab.course.forms import all_numbers, numbers_form
 from felab.course.lessons import discover
-from felab.course.numbers import declared
+from felab.course.numbers import Field, declared
 from felab.errors import FelabError
 
 MARKER = re.compile(r"^<!-- felab:([a-z-]+) -->\s*$", re.MULTILINE)
@@ -183,6 +183,35 @@ def _nav(pages: list[Page]) -> list[Any]:
     return nav
 
 
+def fill(
+    page: Page, root: Path, pages: list[Page], numbers: dict[str, list[Field]], course: dict[str, Any]
+) -> str:
+    """A page's source with each felab: marker replaced by what it stands for (the lesson list,
+    the numbers, a lesson's README, video, form or code)."""
+    titles = {p.lesson: f"{p.lesson[:2]} · {p.title}" for p in pages if p.lesson}
+    folder = root / "lessons" / page.lesson if page.lesson else None
+
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name == "lessons":
+            return _index_list(pages)
+        if name == "all-numbers":
+            return all_numbers(numbers, titles)
+        if folder is None:
+            raise FelabError(f"{page.source}: the marker felab:{name} belongs on a lesson page.")
+        makers = {
+            "video": lambda: video_block(page.lesson or "", course),
+            "readme": lambda: readme_block(folder),
+            "numbers": lambda: numbers_form(page.lesson or "", numbers.get(page.lesson or "", [])),
+            "code": lambda: code_block(folder),
+        }
+        if name not in makers:
+            raise FelabError(f"{page.source}: unknown marker felab:{name} (see felab/course/assemble.py).")
+        return makers[name]()
+
+    return MARKER.sub(one, page.body)
+
+
 def assemble(root: Path, staging: Path) -> list[Any]:
     """Write the kit's page sources under `root`, filled in, to `staging` (emptied first);
     return the navigation, in course order."""
@@ -190,42 +219,16 @@ def assemble(root: Path, staging: Path) -> list[Any]:
     numbers = declared(root / "lessons")
     course = yaml.safe_load((course_dir / "course.yml").read_text(encoding="utf-8")) or {}
     pages = collect_pages(root)
-    titles = {p.lesson: f"{p.lesson[:2]} · {p.title}" for p in pages if p.lesson}
     if staging.exists():
         shutil.rmtree(staging)
     (staging / "lessons").mkdir(parents=True)
     (staging / "days").mkdir()
     shutil.copytree(course_dir / "assets", staging / "assets")
 
-    def fill(page: Page) -> str:
-        folder = root / "lessons" / page.lesson if page.lesson else None
-
-        def one(match: re.Match[str]) -> str:
-            name = match.group(1)
-            if name == "lessons":
-                return _index_list(pages)
-            if name == "all-numbers":
-                return all_numbers(numbers, titles)
-            if folder is None:
-                raise FelabError(f"{page.source}: the marker felab:{name} belongs on a lesson page.")
-            makers = {
-                "video": lambda: video_block(page.lesson or "", course),
-                "readme": lambda: readme_block(folder),
-                "numbers": lambda: numbers_form(page.lesson or "", numbers.get(page.lesson or "", [])),
-                "code": lambda: code_block(folder),
-            }
-            if name not in makers:
-                raise FelabError(
-                    f"{page.source}: unknown marker felab:{name} (see felab/course/assemble.py)."
-                )
-            return makers[name]()
-
-        return MARKER.sub(one, page.body)
-
     for page in pages:
-        (staging / page.dest).write_text(fill(page), encoding="utf-8")
+        (staging / page.dest).write_text(fill(page, root, pages, numbers, course), encoding="utf-8")
     index = read_page(course_dir / "index.md", "index.md", kind="index")
-    (staging / "index.md").write_text(fill(index), encoding="utf-8")
+    (staging / "index.md").write_text(fill(index, root, pages, numbers, course), encoding="utf-8")
     nav = _nav(pages)
     for extra in course.get("kit_pages") or []:
         source = root / extra["source"]

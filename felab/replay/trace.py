@@ -33,7 +33,7 @@ import sys
 import time
 import zlib
 from array import array
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -238,6 +238,20 @@ def load(text: bytes) -> Any:
         raise ValueError("a number with too many digits to be a trace's") from None
 
 
+FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+"""What every line of a Mooncake trace holds (session_id is optional)."""
+
+
+def _fields(obj: Any, bad: Callable[[str], FelabError]) -> tuple[Any, Any, Any, Any]:
+    """The four fields Mooncake's format requires of a line's object (not yet checked)."""
+    if not isinstance(obj, dict):
+        raise bad("not a JSON object")
+    for name in FIELDS:
+        if name not in obj:
+            raise bad(f"the field `{name}` is missing")
+    return obj["timestamp"], obj["input_length"], obj["output_length"], obj["hash_ids"]
+
+
 def parse(path: Path, line: int, text: bytes, after_s: float, before: int) -> TraceRequest:
     """One line, checked: the fields Mooncake's format requires, with sane values."""
 
@@ -248,12 +262,7 @@ def parse(path: Path, line: int, text: bytes, after_s: float, before: int) -> Tr
         obj: Any = load(text)
     except ValueError as exc:
         raise bad(str(exc)) from None
-    if not isinstance(obj, dict):
-        raise bad("not a JSON object")
-    for name in ("timestamp", "input_length", "output_length", "hash_ids"):
-        if name not in obj:
-            raise bad(f"the field `{name}` is missing")
-    ts, n_in, n_out, ids = obj["timestamp"], obj["input_length"], obj["output_length"], obj["hash_ids"]
+    ts, n_in, n_out, ids = _fields(obj, bad)
     if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not 0 <= ts < MAX_TIMESTAMP_MS:
         raise bad(f"`timestamp` must be milliseconds, 0 or more (and under 2^53), not {ts!r:.40}")
     if ts / 1000 < after_s:

@@ -138,6 +138,23 @@ def server_count(url: str, calls: list[dict]) -> str:
 # ── The measurement ──────────────────────────────────────────────────────────
 
 
+def compared(mode: str, ttl: float, with_router: bool) -> tuple[list[tuple[str, list[str], bool]], float]:
+    """The runs a mode compares, each (label, the practice server's flags, whether calls carry
+    the session in `user`), and the idle pause before each session's last turn.
+
+    affinity: the same sessions routed with and without a session value (and, on our own
+    servers, by a prefix-aware router); expiry: an idle spell longer than the cache's TTL."""
+    if mode == "expiry":
+        return [("expiry", ["--route", "affinity", "--cache-ttl", str(ttl)], True)], ttl + 1.0
+    modes = [
+        ("no session value", ["--route", "affinity"], False),
+        ("user = session id", ["--route", "affinity"], True),
+    ]
+    if with_router:
+        modes.append(("prefix-aware router", ["--route", "prefix"], False))
+    return modes, 0.0
+
+
 def main() -> None:
     parser = lesson_parser(__doc__)  # --target, --base-url, --model
     parser.add_argument(
@@ -167,18 +184,7 @@ def main() -> None:
             return contextlib.nullcontext(args.base_url)
         return practice_server("--replicas", str(args.replicas), *flags)
 
-    if args.mode == "affinity":
-        modes = [
-            ("no session value", ["--route", "affinity"], False),
-            ("user = session id", ["--route", "affinity"], True),
-        ]
-        if own and not args.quick:
-            modes.append(("prefix-aware router", ["--route", "prefix"], False))
-        pause = 0.0
-    else:
-        modes = [("expiry", ["--route", "affinity", "--cache-ttl", str(args.ttl)], True)]
-        pause = args.ttl + 1.0
-
+    modes, pause = compared(args.mode, args.ttl, with_router=own and not args.quick)
     rows = []
     for label, flags, user in modes:
         with server(*flags) as url:
