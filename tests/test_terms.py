@@ -168,6 +168,8 @@ def test_a_term_added_to_the_registry_is_priced_everywhere(monkeypatch: pytest.M
     step, lesson = Step((Piece(300),)), DEFAULTS.timing
     before = terms.step_seconds(step, lesson), lesson.prefill_s(3045), lesson.alone_ms(50, 3000)
     monkeypatch.setattr(terms, "TERMS", (*TERMS, fake_term()))
+    assert lesson.prefill_s(3045) == before[1]  # a timing model keeps the pricer it was made with,
+    lesson = DEFAULTS.timing  # so the one made now sees the new term
     assert terms.basis(step, lesson)["launch"] == 2300.0
     assert terms.step_seconds(step, lesson) == pytest.approx(before[0] + 2300e-6)
     assert lesson.prefill_s(3045) == pytest.approx(before[1] + 5045e-6)  # TimingModel asks the registry

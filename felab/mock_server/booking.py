@@ -205,11 +205,7 @@ class PracticeModel:
             prefill = replica.lane.book(admission, self.timing.prefill_s(uncached, cached), now)
         if self.settings.cache_mode == "blocks":  # (batched, prefill.end may move later, by less than
             replica.cache.insert(prompt.keys, used_at=prefill.end)  # a batch: the TTL starts that early)
-        streams, context = self.streams(replica, prefill.end), reply_context(prompt.tokens, reply_tokens)
-        interval = self.timing.token_interval_s(streams, context)  # (context: prompt and half the reply)
-        if isinstance(prefill, Turn) and isinstance(replica.lane, Loop):  # its gaps between steps:
-            growth = self.timing.token_interval_s(streams, context + 1) - interval  # (one more to attend)
-            replica.lane.pace(prefill, interval, growth)
+        interval = self._pace(replica, prefill, reply_context(prompt.tokens, reply_tokens))
         rid, tokens = f"{next(self.ids)}", prompt.tokens
         b = Booking(rid, replica, tokens, cached, reply_tokens, arrival, prefill, interval, prompt.keys)
         b.seat, b.ready, b.restore_s = seat, ready, restore_s
@@ -223,6 +219,18 @@ class PracticeModel:
         replica.hold(prompt.tokens + reply_tokens, arrival)
         replica.stats.admit(prompt.tokens, cached)
         return b
+
+    def _pace(self, replica: Replica, prefill: Prefill, context: int) -> float:
+        """Seconds between a reply's tokens: a decode step of the streams decoding on `replica` when
+        its first token comes, each at the reply's mean `context` (prompt and half the reply:
+        step.reply_context). With steps (loop.py), its gaps between them, each one token of
+        context longer than the last."""
+        streams = self.streams(replica, prefill.end)
+        interval = self.timing.token_interval_s(streams, context)
+        if isinstance(prefill, Turn) and isinstance(replica.lane, Loop):
+            growth = self.timing.token_interval_s(streams, context + 1) - interval  # (one more to attend)
+            replica.lane.pace(prefill, interval, growth)
+        return interval
 
     def _plan_parked(self, now: float) -> None:
         """Plan every request parked for a seat: one booked now comes after each of them, so they

@@ -71,13 +71,19 @@ class HostCache:
             return False
         if any(len(old) >= n and old[n - 1] == keys[n - 1] for old in self.saved):
             return False  # already held whole
-        kept = deque(old for old in self.saved if not (len(old) <= n and keys[len(old) - 1] == old[-1]))
-        self.saved, self.held_blocks = kept, sum(len(old) for old in kept)
+        self._drop_held_by(keys)
         while self.saved and self.held_blocks + n > self.limit_blocks:
             self.held_blocks -= len(self.saved.popleft())
         self.saved.append(keys)
         self.held_blocks += n
         return True
+
+    def _drop_held_by(self, keys: Sequence[int]) -> None:
+        """Drop the saved prompts `keys` holds whole (keys are chained: a saved prompt is a prefix
+        of `keys` when its last key is `keys`' key at that length)."""
+        n = len(keys)
+        kept = deque(old for old in self.saved if not (len(old) <= n and keys[len(old) - 1] == old[-1]))
+        self.saved, self.held_blocks = kept, sum(len(old) for old in kept)
 
     def load(self, keys: Sequence[int], seat_keys: Sequence[int], seat_shared: int) -> int:
         """How many leading blocks of `keys` the seat holds once the best saved prompt is copied

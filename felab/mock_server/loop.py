@@ -251,7 +251,7 @@ class Loop:
 
     def alone_s(self, tokens: int, cached: int = 0) -> float:
         """Seconds `tokens` new tokens after `cached` take alone, in one piece."""
-        return terms.prompt_seconds(tokens, cached, self.rates)
+        return terms.prompt_price(self.price, tokens, cached)
 
     def forget(self, now: float) -> None:
         """Drop what nothing can move any more: turns whose first token came, steps none needs."""
@@ -400,7 +400,12 @@ class Loop:
             clock = self._next(turns, clock, running)
             turns = [t for t in turns if t.read < t.tokens]
         self.free_at = self.steps[-1].end if self.steps else min(self.free_at, now)
-        for t in self.replanned.values():  # (`forget` keeps streams this long; once a plan, not a step)
+        self._stretch_span()
+
+    def _stretch_span(self) -> None:
+        """`span` covers every reply the plan placed again that follows steps (`forget` keeps
+        streams this long; worked out once a plan, not once a step)."""
+        for t in self.replanned.values():
             if t.marks:
                 self.span = max(self.span, t.reply_end - t.end)
 
@@ -434,7 +439,7 @@ class Loop:
             self._show(running)  # taken when idle: the run before wrote its first tokens and replies
         step = self._form(ready, clock, running)
         step.run = taken
-        return step.end
+        return self._run_on(step, turns, running).end
 
     def _window(self) -> float:
         """mlx_lm.server takes, one by one, the requests that came by a take, and each that comes
@@ -517,7 +522,41 @@ class Loop:
         if self.showing and not (self.steps and self.steps[-1].end == clock):  # a gap: shown, decoding
             self._show(running)
         decoding = _decoding(running, clock)  # their tokens take their room first
-        parts, budget = self._take(ready, len(decoding))
+        return self._commit(clock, *self._take(ready, len(decoding)), decoding, running)
+
+    def _run_on(self, step: EngineStep, turns: list[Turn], running: list[Turn]) -> EngineStep:
+        """The steps back to back after `step`, if it holds the only prompt of `turns` ready (not
+        with prefill first), until it is read or another is ready: what `_next` forms then,
+        without working out again who is ready and who decodes. Each holds the streams of the step
+        before that have tokens left (back to back, no token comes between them) and as many of
+        its tokens as fit. The last of them. (A replay's overloaded replica forms some 70,000 an
+        hour of a prompt's piece and three streams.)"""
+        if self.prefill_first or len(step.parts) != 1:
+            return step
+        turn = step.parts[0][0]
+        until = min((t.ready_at for t in turns if t is not turn), default=math.inf)
+        while turn.read < turn.tokens and step.end < until:
+            at = step.end
+            decoding = [
+                (t, i)
+                for t in step.decoders
+                if (i := t.marks[-1][0] + 1 + t.written(t.marks[-1][0], 0.0)) < t.reply
+            ]
+            room = max(self.batch_tokens - len(decoding), 1)
+            step = self._commit(at, [(turn, min(room, turn.tokens - turn.read))], room, decoding, running)
+            step.run = at
+        return step
+
+    def _commit(
+        self,
+        clock: float,
+        parts: list[tuple[Turn, int]],
+        budget: int,
+        decoding: list[tuple[Turn, int]],
+        running: list[Turn],
+    ) -> EngineStep:
+        """The step at `clock` of these prompt tokens (`budget`: its room) and streams decoding:
+        priced, kept, its prompt tokens read and its reply tokens written."""
         batch = Step(self._pieces(parts), tuple(_context(t) for t, _ in decoding), _seats(decoding))
         step = EngineStep(clock, clock + self.price(batch), parts, budget)
         self._decode(step, decoding)
@@ -583,9 +622,11 @@ class Loop:
         3,486; with another 2,048, 2,442 to 3,490 (docs/runs/2026-12-06-mlx-first-token-steps.md)."""
         rows = max(k for _, k in parts) if self.prefill_first and parts else 0
         return tuple(
-            Piece(max(k, rows), t.cached + t.read, opens=not t.read, cached=t.cached, seq=t.seat)
-            for t, k in parts
-        )
+            [
+                Piece(max(k, rows), t.cached + t.read, opens=not t.read, cached=t.cached, seq=t.seat)
+                for t, k in parts
+            ]
+        )  # (a list first: a generator makes every step's tuple slower)
 
     def _read(self, turn: Turn, step: EngineStep, running: list[Turn]) -> None:
         """`turn`'s last token is in `step`: its first token comes at its end, and it starts writing
@@ -615,8 +656,14 @@ class Loop:
             last = self.steps[-1]
             ended = [t for t, _ in last.parts if t.last is last]
             return [t for t in (*last.decoders, *ended) if t.reply_end > clock]
+        return self._recent(clock)
+
+    def _recent(self, clock: float) -> list[Turn]:
+        """`_running` with prefill first, or with no step kept: the streams whose first token came
+        within `span` of `clock` and whose reply is not over by then (not those still waiting to
+        be shown: `_show` adds them)."""
         recent = itertools.takewhile(lambda t: t.end >= clock - self.span, reversed(self.streams.values()))
-        shown = {id(t) for t in self.showing}  # (prefill first: not yet; `_show` adds them)
+        shown = {id(t) for t in self.showing}
         return [t for t in recent if t.reply_end > clock and id(t) not in shown]
 
 

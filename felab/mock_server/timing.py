@@ -8,7 +8,7 @@ What a step costs is not written here: each cost term is one small file in
 felab/mock_server/terms/, and a step's time is the sum of coefficient × basis over them
 (the formula, and how to add a term: terms/__init__.py). `TimingModel` holds the settings
 the terms read and asks the registry: `prefill_s` is `terms.prompt_seconds`,
-`token_interval_s` a decode step's `terms.step_seconds`.
+`token_interval_s` a decode step's `terms.step_seconds` (with the pricer made once: `price`).
 
 Defaults (the lesson's, in config.py): 15 ms overhead, prefill at 2,500 tokens/s, decode at
 400 tokens/s, every other term 0, no seat limit. A cold 3,045-token prompt:
@@ -69,7 +69,7 @@ class TimingModel:
     def prefill_s(self, uncached_tokens: int, context_before: int = 0) -> float:
         """Seconds to prefill the tokens the cache did not have, after the `context_before` it had:
         a prompt alone on an idle engine, the sum of its terms (`terms.prompt_seconds`)."""
-        return terms.prompt_seconds(uncached_tokens, context_before, self)
+        return terms.prompt_price(self.price, uncached_tokens, context_before)
 
     def alone_ms(self, uncached_tokens: int, context_before: int = 0) -> float:
         """The TTFT of one prompt alone on an idle server, ms: the overhead, then its prefill."""
@@ -79,7 +79,13 @@ class TimingModel:
         """Seconds between two reply tokens of one stream: a decode step of `streams` streams, each
         with `context` tokens of context (booking.py passes the reply's mean: step.reply_context;
         both fixed when a request is booked: an approximation, as the number of streams changes)."""
-        return terms.step_seconds(Step(decodes=(context,) * max(streams, 1)), self)
+        return self.price(Step(decodes=(context,) * max(streams, 1)))
+
+    @cached_property
+    def price(self) -> Callable[[Step], float]:
+        """What a step costs under these settings (`terms.pricer`, made once: a replay asks it
+        twice a request)."""
+        return terms.pricer(self)
 
     @cached_property
     def tiled(self) -> TimingModel:
@@ -90,7 +96,7 @@ class TimingModel:
     def read_s(self, tokens: int, context_before: int = 0) -> float:
         """Seconds until the first `tokens` of a longer prompt are read, after `context_before`:
         what a prompt that short costs, read in whole tiles."""
-        return terms.prompt_seconds(tokens, context_before, self.tiled)
+        return self.tiled.prefill_s(tokens, context_before)
 
     def untiled_rows(self, uncached_tokens: int) -> int:
         """The rows of the prompt's last piece if it is read one at a time, else 0 (terms/untiled.py)."""

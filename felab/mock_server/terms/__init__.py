@@ -85,8 +85,15 @@ def step_seconds(step: Step, rates: Rates) -> float:
 
 def prompt_seconds(uncached: int, cached: int, rates: Rates, batch_tokens: int | None = None) -> float:
     """A prompt alone on an idle engine: the sum over its steps (step.prompt_steps)."""
-    price = pricer(rates)
-    return sum(price(s) for s in prompt_steps(uncached, cached, batch_tokens))
+    return prompt_price(pricer(rates), uncached, cached, batch_tokens)
+
+
+def prompt_price(
+    price: Callable[[Step], float], uncached: int, cached: int, batch_tokens: int | None = None
+) -> float:
+    """`prompt_seconds` with a pricer already made (`pricer`: the loop and the timing model keep
+    one, and ask this for every request)."""
+    return sum(map(price, prompt_steps(uncached, cached, batch_tokens)))
 
 
 def settings_from(coefs: Mapping[str, float]) -> dict[str, Any]:

@@ -34,17 +34,24 @@ def split(seqs: list[int | None], tokens: list[int], ubatch: int | None) -> Iter
     one that shares no ubatch), in batch order. Each ubatch as (entry, rows) pairs."""
     left = list(tokens)
     while (first := next((i for i, n in enumerate(left) if n > 0), None)) is not None:
-        chosen, last = [first], seqs[first]
-        for i in range(first + 1, len(left)):
-            if left[i] > 0 and last is not None and seqs[i] == last + 1:
-                chosen.append(i)
-                last = seqs[i]
+        chosen = _following(seqs, left, first)
         rows = min(left[i] for i in chosen)
         if ubatch:
             rows = min(rows, max(ubatch // len(chosen), 1))
         yield [(i, rows) for i in chosen]
         for i in chosen:
             left[i] -= rows
+
+
+def _following(seqs: list[int | None], left: list[int], first: int) -> list[int]:
+    """The entries a ubatch starting at entry `first` takes: it, then each later entry with tokens
+    left whose sequence is the one after the last taken (none after a sequence of None)."""
+    chosen, last = [first], seqs[first]
+    for i in range(first + 1, len(left)):
+        if left[i] > 0 and last is not None and seqs[i] == last + 1:
+            chosen.append(i)
+            last = seqs[i]
+    return chosen
 
 
 def untiled(step: Step, rates: Rates) -> float:
