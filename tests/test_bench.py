@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from felab.bench import PHASES, Phase
 from felab.bench.__main__ import run_phases
 from felab.bench.fidelity import LeanConnection, body, floor_rows, in_a_stall, server_process
@@ -104,6 +106,23 @@ def test_a_reference_that_moved_during_the_rounds_is_said_to_have_moved() -> Non
     assert drift_note(1.00, 1.08) is None  # within 10%
     assert drift_note(None, 1.5) is None and drift_note(1.5, None) is None  # no reference
     assert speeds(1.24, 0.93) == "1.24x -> 0.93x" and speeds(None, None) == "-"
+
+
+def test_a_case_states_its_median_ttft_error_as_blis_states_its_own() -> None:
+    # BLIS states its held-out TTFT error as a median of absolute errors; the summary gives the
+    # twin's the same way, over the TTFT kinds only (a token gap is not a TTFT).
+    from felab.bench.heldout import TPOT, summary_row, ttft_error
+    from felab.calibrate.check import Row
+
+    def row(kind: str, real: float, twin: float) -> Row:
+        return Row(kind, 5, real, twin, real, twin)
+
+    table = [row("cold", 100, 110), row("at once", 200, 160), row("questions", 20, 21), row(TPOT, 10, 20)]
+    assert ttft_error(table) == pytest.approx(0.10)  # of 10%, 20% and 5%: not the gap's 100%
+    assert ttft_error(table[:2]) == pytest.approx(0.15)
+    line = summary_row("np4", table, {}, "1.00x")
+    assert line["median TTFT error (BLIS 17.6%)"] == "10.0%"
+    assert line["worst kind"] == TPOT and line["within target"] == "2 of 4"
 
 
 def test_the_model_the_kit_did_not_make_is_named_from_make_and_a_missing_one_says_how(tmp_path) -> None:
