@@ -153,6 +153,26 @@ def test_decode_streams_share_a_step_with_a_prompt_piece_and_their_tokens_wait_f
     assert [a.token_at(i) for i in (34, 35)] == pytest.approx([0.71681535, 1.0552098])
 
 
+def test_a_stream_whose_reply_ends_during_a_prompts_steps_leaves_the_steps_after_it() -> None:
+    # a (1,000 tokens, a reply of 3) has its first token at 0.1 + 100e-9·1,000·500 = 0.15, and
+    # its other two each a gap (1/400 s) later: 0.1525 and 0.155. b (5,000 tokens) comes at
+    # 0.151, so a writes token 1 in b's first step and token 2, its last, in the second; the
+    # third holds b alone, with room for all 2,048 tokens (the steps after the first are formed
+    # back to back, b the only prompt: Loop._run_on):
+    #   b 2,047 (after 0):     0.2047 + 100e-9·2,047·1,023.5 = 0.41421045, + 1/400 -> 0.56771045
+    #   b 2,047 (after 2,047): 0.2047 + 100e-9·2,047·3,070.5 = 0.83323135, + 1/400 -> 1.40344180
+    #   b 906 (after 4,094):   0.0906 + 100e-9·906·4,547     = 0.50255820           -> 1.90600000
+    m = model()
+    a = m.book(prompt(1000, 0), 3, 0.0, 0.0)
+    assert a.first_token_at == pytest.approx(0.15) and a.reply_end == pytest.approx(0.155)
+    b = m.book(prompt(5000, 1), 1, 0.151, 0.151)
+    steps = list(loop_of(m).steps)[-3:]
+    assert [parts(s, a, b) for s in steps] == [[("b", 2047)], [("b", 2047)], [("b", 906)]]
+    assert [len(s.decoders) for s in steps] == [1, 1, 0]
+    assert [s.end for s in steps] == pytest.approx([0.56771045, 1.4034418, 1.906])
+    assert b.first_token_at == pytest.approx(1.906) and a.reply_end == pytest.approx(1.4034418)
+
+
 def test_a_replys_gaps_grow_with_its_context_and_average_the_booked_gap() -> None:
     # A 1,000-token prompt alone replies 100 tokens; decode_context_ns 100. The booked gap is a
     # decode step at the reply's mean context, 1/400 + 100e-9·1,049 = 0.0026049 s; each token
