@@ -12,6 +12,8 @@ token. What calibrate must survive is set on purpose, never left to the machine'
   unless the request says `ignore_eos` (llama-server's field);
 - `blank_every`: every n-th request's reply is its full length of tokens with empty content;
 - `slow_every`: every n-th request takes `slow_factor` times as long (a busy machine);
+- `slow_from`: from the n-th request on, every one takes `slow_factor` times as long (a machine
+  that slowed while calibrate measured);
 - `ms_per_token` below 0: longer prompts answer sooner (no rate any engine has);
 - `lie_at`, `lie`: the n-th request's `usage` has these fields replaced (a lying server);
 - `fail_at`: these requests get HTTP 503 (a server that fails in passing).
@@ -53,6 +55,7 @@ class Engine:
     """Replies that ended at once, with no text."""
     slow_every: int | None = None
     slow_factor: float = 4.0
+    slow_from: int | None = None
     lie_at: int | None = None
     lie: dict[str, Any] = field(default_factory=dict)
     fail_at: frozenset[int] = frozenset()
@@ -115,7 +118,9 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                 )
                 return
             wait = engine.overhead_ms + (prompt - cached) * engine.ms_per_token
-            if engine.slow_every and n % engine.slow_every == 0:
+            if (engine.slow_every and n % engine.slow_every == 0) or (
+                engine.slow_from and n >= engine.slow_from
+            ):
                 wait *= engine.slow_factor
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")

@@ -104,6 +104,38 @@ def test_a_busy_server_is_named_and_the_profile_keeps_the_warning(tmp_path: Path
     assert any("repeats of a cold prompt differ" in w for w in warnings)
 
 
+def test_a_machine_that_slowed_while_calibrate_measured_is_named_and_the_profile_keeps_it(
+    tmp_path: Path,
+) -> None:
+    # From request 60 on (the cold prompts are the first 36) every request takes 1.6x as long: the
+    # reference length's prompts sent again at the end take 1.6x what its repeats took at the start.
+    engine = Engine(slow_from=60, slow_factor=1.6)
+    out = calibrate(engine, tmp_path / "p.toml")
+    assert out.returncode == 0, out.stdout + out.stderr
+    said = " ".join(out.stdout.split())
+    assert "and the reference prompts again (" in said
+    assert "WARNING: the machine's speed moved while calibrate measured: the reference prompts (" in said
+    ratio = float(said.split("the machine's speed moved")[1].split(" took ")[1].split("x")[0])
+    assert 1.5 < ratio < 1.7  # 1.6, less the fake's streaming, which is not slowed
+    doc = tomllib.loads((tmp_path / "p.toml").read_text())
+    assert any("speed moved while calibrate measured" in w for w in doc["fit"]["warnings"])
+    assert len(doc["measured"]["reference_again_ttft_ms"]) == 3
+    assert engine.posts <= int(out.stdout.split("it sends at most ")[1].split()[0])
+
+
+def test_the_reference_again_says_nothing_of_a_machine_that_kept_its_speed() -> None:
+    m = cold([20, 21, 20], [110, 108, 112], [310, 305, 312])
+    settings = {"prefill_tps": 10_000.0, "prefill_attention_ns": 0.0}
+    m.reference_after = [Sample(4000, 1000, 0, t, 2) for t in (115.0, 109.0, 118.0)]
+    assert evidence.drift(m, settings) == pytest.approx(115 / 110)
+    assert evidence.drift_warning(m, settings) is None
+    m.reference_after = [Sample(4000, 1000, 0, t, 2) for t in (70.0, 75.0, 72.0)]  # faster: moved too
+    faster = evidence.drift_warning(m, settings)
+    assert faster and "took 0.65x at the end what they took at the start" in faster
+    m.reference_after = []  # an older calibrate: nothing sent again, nothing said
+    assert evidence.drift(m, settings) is None
+
+
 def test_times_that_fit_an_absurd_rate_are_refused_and_nothing_is_written(tmp_path: Path) -> None:
     # Longer prompts answer sooner (200 ms less 0.05 ms a token): the fit sets 1e9 tokens/s.
     out = calibrate(Engine(overhead_ms=200, ms_per_token=-0.05), tmp_path / "p.toml")

@@ -10,6 +10,10 @@ fitted from, and calibrate can see that itself:
   BUSY_COUNT_SHARE of them are, the medians (the fit's points) are not the server's speed.
 - **The machine's load** (`os.getloadavg`, against its cores): other programs share the
   CPU with the server and with the clock that times it.
+- **The machine's speed within the calibration.** The reference length's cold prompts are sent
+  again after every other probe; taking more than DRIFT times (or less than 1/DRIFT) what they
+  took at the start, they say the machine slowed or sped up while calibrate measured (a VM's
+  neighbours, a laptop's power saving: no load average shows those), so the fit mixes two speeds.
 - **Values no real engine has.** A prefill rate over MAX_PREFILL_TPS (the fit sets 1e9
   when the time did not grow with the prompt at all). Such a profile is refused, not written.
 - **Prefill too small to see**: under PREFILL_VISIBLE of the longest prompt's time, the
@@ -31,7 +35,9 @@ from typing import Any
 
 from felab.calibrate import fit
 from felab.calibrate.plan import Measurements
+from felab.calibrate.probes import Sample
 from felab.mock_server.profile import timing_of, worded
+from felab.mock_server.timing import TimingModel
 
 BUSY_SHARE = 0.5
 """A repeat this far from its length's median (a share of it) was disturbed: on a quiet machine
@@ -46,6 +52,11 @@ PREFILL_VISIBLE = 0.05
 time: below it, the time did not grow with the prompt's length, and the rate is noise."""
 FIT_ERROR_PCT = 25.0
 """A cold length whose median the fitted formula misses by more than this (%) is not described."""
+DRIFT = 1.25
+"""The reference prompts sent again at the end of calibrate took more than this times (or less than
+its inverse) what the same length took at the start: the machine's speed moved while it measured.
+Repeats of one length on a quiet machine here agree within about 10% (105 to 118 ms at 1,899
+tokens); the speed moved 0.63x to 1.65x between a calibration and a minute later."""
 OVERHEAD_SHORT_RATIO = 1.5
 """An overhead fitted at 0 is suspect when the shortest prompts took more than this times what the
 formula gives them: the floor is clearly positive, and the fit put it elsewhere."""
@@ -89,6 +100,37 @@ def busy_warning(m: Measurements, load: float | None, cores: int | None = None) 
     )
 
 
+def drift(m: Measurements, settings: dict[str, Any]) -> float | None:
+    """How many times their time at the start the reference prompts took at the end of calibrate:
+    the medians of each prompt's time over what the fitted formula gives its length (new text of
+    the same length counts a few tokens more or fewer). None: not sent again."""
+    after, groups = m.reference_after, [g for g in m.cold if g]
+    if not after or not groups:
+        return None
+    before = min(groups, key=lambda g: abs(g[0].prompt_tokens - after[0].prompt_tokens))
+    timing = model_of(settings)
+
+    def speed(g: list[Sample]) -> float:
+        return fit.median([s.ttft_ms / timing.alone_ms(s.uncached, s.cached_tokens or 0) for s in g])
+
+    start = speed(before)
+    return speed(after) / start if start > 0 else None
+
+
+def drift_warning(m: Measurements, settings: dict[str, Any]) -> str | None:
+    """The warning for a machine whose speed moved while calibrate measured (`drift` beyond DRIFT)."""
+    ratio = drift(m, settings)
+    if ratio is None or 1 / DRIFT <= ratio <= DRIFT:
+        return None
+    tokens = m.reference_after[0].prompt_tokens
+    return (
+        f"the machine's speed moved while calibrate measured: the reference prompts ({tokens:,} tokens, "
+        f"cold) took {ratio:.2f}x at the end what they took at the start, so the fitted terms mix two "
+        f"speeds (another program's work on the shared cores, a laptop's power saving). Calibrate again "
+        f"when the machine is quiet, plugged in, with nothing else running."
+    )
+
+
 def invisible(m: Measurements, settings: dict[str, Any]) -> str | None:
     """Prefill under PREFILL_VISIBLE of the longest cold prompt's time, in words (None: visible)."""
     longest = max((g for g in m.cold if g), key=lambda g: g[0].uncached, default=None)
@@ -108,7 +150,12 @@ def invisible(m: Measurements, settings: dict[str, Any]) -> str | None:
 def prefill_ms(settings: dict[str, Any], tokens: int) -> float:
     """What the settings give a cold prompt of `tokens` for its prefill (the twin's formula, the
     registry's terms: no overhead), ms."""
-    return 1000 * timing_of({k: worded(k, v) for k, v in settings.items()}).prefill_s(tokens)
+    return 1000 * model_of(settings).prefill_s(tokens)
+
+
+def model_of(settings: dict[str, Any]) -> TimingModel:
+    """The timing model of a profile's settings as calibrate writes them (words such as "none" read)."""
+    return timing_of({k: worded(k, v) for k, v in settings.items()})
 
 
 def refusals(m: Measurements, settings: dict[str, Any]) -> list[str]:
@@ -128,9 +175,7 @@ def warnings(
 ) -> list[str]:
     """What makes this profile doubtful, each a sentence (none: nothing seen)."""
     out = []
-    busy = busy_warning(m, load)
-    if busy:
-        out.append(busy)
+    out += [w for w in (busy_warning(m, load), drift_warning(m, settings)) if w]
     hidden = invisible(m, settings) if float(settings["prefill_tps"]) <= MAX_PREFILL_TPS else None
     if hidden:
         out.append(

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from felab.calibrate import probes
+from felab.calibrate import probes, prompts
 from felab.calibrate.probes import BIGGEST, SMALLEST_CONTEXT, Prober, ServerFacts
 from felab.errors import FelabError
 
@@ -107,6 +107,11 @@ class Plan:
     """Send the rows probe (left out of the smallest plans)."""
     push_seats: int = 0
     """The server's seats: the pushed-out probe sends one prompt per seat (0: no seats, no probe)."""
+    reference_again: int = 3
+    """Cold prompts of the reference length sent again after every other probe: against that
+    length's repeats at the start, whether the machine's speed moved while calibrate measured
+    (evidence.drift_warning). On this 2-core machine it moved 1.65x between a calibration and
+    the held-out rounds a minute later, and a profile fitted across such a change mixes both."""
 
     @property
     def cold_lengths(self) -> list[int]:
@@ -146,6 +151,7 @@ class Plan:
             + self.together_rounds * self.streams
             + sum(self.decode_streams)
             + (2 + self.push_seats if self.push_seats else 0)
+            + self.reference_again
         )
 
     def spare(self) -> int:
@@ -168,7 +174,8 @@ class Plan:
             if self.rows
             else 0
         )
-        return 100 + cold + opened + rows + self.together_sent + self.pushed_sent + 60 * 7
+        again = self.reference_again * int(self.biggest * REFERENCE_SHARE)
+        return 100 + cold + opened + rows + self.together_sent + self.pushed_sent + again + 60 * 7
 
     @property
     def together_sent(self) -> int:
@@ -272,6 +279,9 @@ class Measurements:
     decode: dict[int, list[probes.Sample]] = field(default_factory=dict)
     pushed: probes.Return | None = None
     """An opening pushed out of every seat and sent again (None: no seats, not measured)."""
+    reference_after: list[probes.Sample] = field(default_factory=list)
+    """The reference length's cold prompts sent again after every other probe (`reference_group`
+    has the same length's repeats from the start)."""
 
 
 def measure(
@@ -304,7 +314,28 @@ def measure(
     if plan.push_seats:  # last: the prompts it sends push earlier probes' prompts out of the seats
         p.say(f"  {n}/{n}  an opening pushed out of every seat, then sent again (a cache beyond the seats)")
         m.pushed = probes.pushed_out(p, plan.push_seats, plan.pushed_tokens)
+    m.reference_after = again(p, reference_group(m.cold, plan.biggest), plan.reference_again)
     return m
+
+
+REFERENCE_SHARE = 0.3
+"""The reference probe: the cold prompts of the length nearest this share of the longest."""
+
+
+def reference_group(cold: list[list[probes.Sample]], biggest: int) -> list[probes.Sample]:
+    """The cold prompts of the reference length (the profile's `reference_tokens`: `--check` and
+    the end of calibrate send that length again); empty if none was measured."""
+    groups = [g for g in cold if g]
+    return min(groups, key=lambda g: abs(g[0].prompt_tokens - REFERENCE_SHARE * biggest)) if groups else []
+
+
+def again(p: Prober, reference: list[probes.Sample], n: int) -> list[probes.Sample]:
+    """`n` cold prompts of the reference's length, new text each, after every other probe."""
+    if not reference or n <= 0:
+        return []
+    tokens = reference[0].prompt_tokens
+    p.say(f"  and the reference prompts again ({tokens:,} tokens, cold): did the machine's speed move?")
+    return [p.call(prompts.fresh(p.tokens_to_chars(tokens), p.rng)) for _ in range(n)]
 
 
 def _after(

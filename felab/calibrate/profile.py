@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from felab.calibrate import evidence, fit
-from felab.calibrate.plan import Measurements, Plan
+from felab.calibrate.plan import Measurements, Plan, reference_group
 from felab.calibrate.probes import FOLLOW_UP_MAX_TOKENS, Sample
 from felab.calibrate.save import write_whole
 from felab.mock_server.booking import PracticeModel, Prompt
@@ -368,19 +368,21 @@ def residuals_pct(cold: list[fit.Observation], found: fit.TermsFit, rates: Rates
     return [100 * (fit.fitted_ms(o.row(rates), found.x) - o.ms) / o.ms for o in cold]
 
 
-REFERENCE_SHARE = 0.3
-"""The reference probe: the cold prompts of the length nearest this share of the longest."""
-
-
 def reference(m: Measurements, plan: Plan) -> dict[str, Any]:
     """The reference probe, for `--check` to send again first (check.reference): one cold prompt
-    length, timed several times (calibrate's own repeats of it: no request more). Its median then
-    and now tells a machine (or server) that got slower from a profile that is wrong."""
-    groups = [g for g in m.cold if g]
-    if not groups:
+    length, timed several times (calibrate's own repeats of it), and its prompts sent again at
+    calibrate's end (`evidence.drift`). Its median then and now tells a machine (or server) that
+    got slower from a profile that is wrong."""
+    g = reference_group(m.cold, plan.biggest)
+    if not g:
         return {}
-    g = min(groups, key=lambda g: abs(g[0].prompt_tokens - REFERENCE_SHARE * plan.biggest))
-    return {"reference_tokens": g[0].prompt_tokens, "reference_ttft_ms": [fit.sig(s.ttft_ms) for s in g]}
+    out: dict[str, Any] = {
+        "reference_tokens": g[0].prompt_tokens,
+        "reference_ttft_ms": [fit.sig(s.ttft_ms) for s in g],
+    }
+    if m.reference_after:  # sent again after every other probe (evidence.drift)
+        out["reference_again_ttft_ms"] = [fit.sig(s.ttft_ms) for s in m.reference_after]
+    return out
 
 
 def rows_evidence(m: Measurements, found: fit.TermsFit, none: fit.TermsFit) -> str:
