@@ -522,7 +522,9 @@ class Loop:
         if self.showing and not (self.steps and self.steps[-1].end == clock):  # a gap: shown, decoding
             self._show(running)
         decoding = _decoding(running, clock)  # their tokens take their room first
-        return self._commit(clock, *self._take(ready, len(decoding)), decoding, running)
+        parts, budget = self._take(ready, len(decoding))
+        batch = Step(self._pieces(parts), *_streams(decoding))
+        return self._commit(clock, batch, parts, budget, decoding, running)
 
     def _run_on(self, step: EngineStep, turns: list[Turn], running: list[Turn]) -> EngineStep:
         """The steps back to back after `step`, if it holds the only prompt of `turns` ready (not
@@ -535,6 +537,7 @@ class Loop:
             return step
         turn = step.parts[0][0]
         until = min((t.ready_at for t in turns if t is not turn), default=math.inf)
+        streams: tuple[tuple[int, ...], tuple[int | None, ...]] = ((), ())
         while turn.read < turn.tokens and step.end < until:
             at = step.end
             decoding = [
@@ -542,22 +545,26 @@ class Loop:
                 for t in step.decoders
                 if (i := t.marks[-1][0] + 1 + t.written(t.marks[-1][0], 0.0)) < t.reply
             ]
+            if len(decoding) != len(streams[0]):  # (a stream ended: else the same streams, in order)
+                streams = _streams(decoding)
             room = max(self.batch_tokens - len(decoding), 1)
-            step = self._commit(at, [(turn, min(room, turn.tokens - turn.read))], room, decoding, running)
+            k = min(room, turn.tokens - turn.read)
+            piece = Piece(k, turn.cached + turn.read, opens=not turn.read, cached=turn.cached, seq=turn.seat)
+            step = self._commit(at, Step((piece,), *streams), [(turn, k)], room, decoding, running)
             step.run = at
         return step
 
     def _commit(
         self,
         clock: float,
+        batch: Step,
         parts: list[tuple[Turn, int]],
         budget: int,
         decoding: list[tuple[Turn, int]],
         running: list[Turn],
     ) -> EngineStep:
-        """The step at `clock` of these prompt tokens (`budget`: its room) and streams decoding:
-        priced, kept, its prompt tokens read and its reply tokens written."""
-        batch = Step(self._pieces(parts), tuple(_context(t) for t, _ in decoding), _seats(decoding))
+        """The step at `clock` that runs `batch`: these prompt tokens (`budget`: its room) and
+        streams decoding; priced, kept, its prompt tokens read and its reply tokens written."""
         step = EngineStep(clock, clock + self.price(batch), parts, budget)
         self._decode(step, decoding)
         self._wait(step, running)
@@ -684,6 +691,11 @@ def _decoding(running: list[Turn], clock: float) -> list[tuple[Turn, int]]:
             if (following := index + 1 + t.written(index, clock - at)) < t.reply:
                 out.append((t, following))
     return out
+
+
+def _streams(decoding: list[tuple[Turn, int]]) -> tuple[tuple[int, ...], tuple[int | None, ...]]:
+    """What a step's batch holds of the streams decoding: each one's context, and their seats."""
+    return tuple([_context(t) for t, _ in decoding]), _seats(decoding)
 
 
 def _seats(decoding: list[tuple[Turn, int]]) -> tuple[int | None, ...]:

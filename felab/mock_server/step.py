@@ -52,7 +52,8 @@ class Step:
     @property
     def new_tokens(self) -> int:
         """Prompt tokens read in this step."""
-        return sum(p.new for p in self.pieces)
+        pieces = self.pieces
+        return pieces[0].new if len(pieces) == 1 else sum(p.new for p in pieces)
 
 
 def prompt_steps(uncached: int, cached: int = 0, batch_tokens: int | None = None) -> list[Step]:
