@@ -115,6 +115,8 @@ def test_a_machine_that_slowed_while_calibrate_measured_is_named_and_the_profile
     said = " ".join(out.stdout.split())
     assert "and the reference prompts again (" in said
     assert "WARNING: the machine's speed moved while calibrate measured: the reference prompts (" in said
+    sent_again = said.split("and the reference prompts again (")[1].split(" tokens")[0]
+    assert f"the reference prompts ({sent_again} tokens, cold) took " in said  # the length it said
     ratio = float(said.split("the machine's speed moved")[1].split(" took ")[1].split("x")[0])
     assert 1.5 < ratio < 1.7  # 1.6, less the fake's streaming, which is not slowed
     doc = tomllib.loads((tmp_path / "p.toml").read_text())
