@@ -28,7 +28,7 @@ from felab.calibrate.probes import Sample, ServerFacts
 from felab.errors import FelabError
 from felab.mock_server.profile import SCHEMA, read_settings, timing_of, tomllib
 from felab.streaming import CallResult, Usage
-from felab.targets import Target
+from felab.targets import NO_KEY, Target
 
 
 def calibrate(engine: Engine, out: Path, *more: str) -> Any:
@@ -123,6 +123,24 @@ def test_a_machine_that_slowed_while_calibrate_measured_is_named_and_the_profile
     assert any("speed moved while calibrate measured" in w for w in doc["fit"]["warnings"])
     assert len(doc["measured"]["reference_again_ttft_ms"]) == 3
     assert engine.posts <= int(out.stdout.split("it sends at most ")[1].split()[0])
+
+
+def test_the_held_out_phase_calibrates_again_when_the_machine_s_speed_moved(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from felab.bench.heldout import named, steady_profile
+
+    # The first calibration slows 1.6x from its 60th request; the second is slow throughout (its
+    # speed held), so it is the profile kept, with no warning of a speed that moved.
+    engine = Engine(slow_from=60, slow_factor=1.6)
+    with fake_timed_llamacpp(engine) as url:
+        made = steady_profile(named(Target("llamacpp", url, "", NO_KEY, False)), tmp_path / "p.toml")
+    said = capsys.readouterr().out
+    assert made == 2
+    assert f"{evidence.SPEED_MOVED}: calibrating again (2 of 2 at most)" in said
+    assert said.count("calibrated in ") == 2
+    warnings = tomllib.loads((tmp_path / "p.toml").read_text())["fit"].get("warnings", [])
+    assert not any(evidence.SPEED_MOVED in w for w in warnings), warnings
 
 
 def test_the_reference_again_says_nothing_of_a_machine_that_kept_its_speed() -> None:

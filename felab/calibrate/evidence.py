@@ -57,6 +57,8 @@ DRIFT = 1.25
 its inverse) what the same length took at the start: the machine's speed moved while it measured.
 Repeats of one length on a quiet machine here agree within about 10% (105 to 118 ms at 1,899
 tokens); the speed moved 0.63x to 1.65x between a calibration and a minute later."""
+SPEED_MOVED = "the machine's speed moved while calibrate measured"
+"""How `drift_warning` begins (the held-out phase looks for it in a profile's warnings)."""
 OVERHEAD_SHORT_RATIO = 1.5
 """An overhead fitted at 0 is suspect when the shortest prompts took more than this times what the
 formula gives them: the floor is clearly positive, and the fit put it elsewhere."""
@@ -132,7 +134,7 @@ def drift_warning(m: Measurements, settings: dict[str, Any]) -> str | None:
         return None
     tokens = _reference_start(m)[0].prompt_tokens  # (the length calibrate said it sent again)
     return (
-        f"the machine's speed moved while calibrate measured: the reference prompts ({tokens:,} tokens, "
+        f"{SPEED_MOVED}: the reference prompts ({tokens:,} tokens, "
         f"cold) took {ratio:.2f}x at the end what they took at the start, so the fitted terms mix two "
         f"speeds (another program's work on the shared cores, a laptop's power saving). Calibrate again "
         f"when the machine is quiet, plugged in, with nothing else running."
