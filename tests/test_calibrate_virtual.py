@@ -241,7 +241,7 @@ def test_a_server_too_slow_for_the_bound_stops_after_its_first_prompts_with_one_
     with pytest.raises(FelabError) as stopped:
         bounded(SLOW, 10)
     said = " ".join(stopped.value.message.split())
-    # After the first call and two cold lengths (5 each): 11 of the plan's 95 requests.
+    # After the first call and two cold lengths (5 each): 11 of the plan's 98 requests.
     assert "It stopped after 11 requests; nothing was written." in said
     assert Plan(6400).requests() > 8 * 11
     found = re.search(r"A cold prompt of ([\d,]+) tokens took ([\d.]+) s", said)

@@ -318,16 +318,26 @@ CALIBRATIONS = 2
 def steady_profile(target: Target, profile: Path) -> int:
     """Calibrate `target` into `profile`; a profile whose reference prompts say the machine's speed
     moved while it measured (evidence.SPEED_MOVED: its terms mix two speeds) is made again, as its
-    warning advises, up to CALIBRATIONS times, and the last kept. The held-out phase judges the
-    twin's structure, not one disturbed minute of calibration. How many calibrations it took."""
+    warning advises, up to CALIBRATIONS times, and the last kept. A calibration after the first that
+    fails (refused, too slow) keeps the one before. The held-out phase judges the twin's structure,
+    not one disturbed minute of calibration. How many calibrations the profile kept took."""
     for n in range(1, CALIBRATIONS + 1):
+        if n > 1:
+            print(f"{evidence.SPEED_MOVED}: calibrating again ({n} of {CALIBRATIONS} at most)", flush=True)
+        made = profile if n == 1 else profile.with_name(f"{profile.stem}-again{profile.suffix}")
         t0 = time.monotonic()
-        command.calibrate(target, profile, max_requests=300, yes=True)
+        try:
+            command.calibrate(target, made, max_requests=300, yes=True)
+        except FelabError as e:
+            if n == 1:
+                raise
+            print(f"calibrating again failed, the profile before kept: {e.message}", flush=True)
+            return n - 1
         print(f"calibrated in {time.monotonic() - t0:.0f} s", flush=True)
+        made.replace(profile)
         warned = load_profile(profile).get("fit", {}).get("warnings", [])
-        if n == CALIBRATIONS or not any(evidence.SPEED_MOVED in w for w in warned):
+        if not any(evidence.SPEED_MOVED in w for w in warned):
             return n
-        print(f"{evidence.SPEED_MOVED}: calibrating again ({n + 1} of {CALIBRATIONS} at most)", flush=True)
     return CALIBRATIONS
 
 

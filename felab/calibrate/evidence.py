@@ -11,7 +11,7 @@ fitted from, and calibrate can see that itself:
 - **The machine's load** (`os.getloadavg`, against its cores): other programs share the
   CPU with the server and with the clock that times it.
 - **The machine's speed within the calibration.** The reference length's cold prompts are sent
-  again after every other probe; taking more than DRIFT times (or less than 1/DRIFT) what they
+  again after every other timing probe; taking more than DRIFT times (or less than 1/DRIFT) what they
   took at the start, they say the machine slowed or sped up while calibrate measured (a VM's
   neighbours, a laptop's power saving: no load average shows those), so the fit mixes two speeds.
 - **Values no real engine has.** A prefill rate over MAX_PREFILL_TPS (the fit sets 1e9

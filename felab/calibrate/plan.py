@@ -15,6 +15,8 @@ server is too small before it sends anything.
     decode           1 stream, then 2 and 4 at once
     pushed out       (a server with seats) an opening, one short prompt per seat, the opening again:
                      does a prompt that left its seats come back cached (llama.cpp's --cache-ram)?
+    reference again  3 cold prompts of the reference length (3/10 of the longest): did the
+                     machine's speed move while calibrate measured (evidence.drift_warning)?
 
 How long it takes is the server's business: nearly all of it is prompt reading. Once the
 cold step has timed two lengths (the first at least twice as long as the shortest), `Speed`
@@ -22,8 +24,8 @@ draws a line through their medians (a fixed overhead per request, seconds per pr
 and `Plan.projected_s` prices the plan with it: its requests' overheads, the prompt tokens the
 server must read (not those its prefix cache keeps), and the gaps of the replies. So the
 duration scales with the server's time per token: on a server that reads a cold 3,000-token
-prompt in 1 s (3,000 tokens/s) the plan reads about 156,000 tokens, about a minute (57 s on
-tests/test_calibrate_virtual.py's virtual clock, 54 s projected); twice as slow a server takes
+prompt in 1 s (3,000 tokens/s) the plan reads about 162,000 tokens, about a minute (59 s on
+tests/test_calibrate_virtual.py's virtual clock, 56 s projected); twice as slow a server takes
 about twice as long, a little less below 1,000 tokens/s, where the cold step leaves out the
 lengths that would take over 8 s each (300 tokens/s: about 4 minutes; 100: about 13). The
 line leaves out attention, which grows with a prompt's length: where it counts (a CPU), the
@@ -108,7 +110,8 @@ class Plan:
     push_seats: int = 0
     """The server's seats: the pushed-out probe sends one prompt per seat (0: no seats, no probe)."""
     reference_again: int = 3
-    """Cold prompts of the reference length sent again after every other probe: against that
+    """Cold prompts of the reference length sent again after every other timing probe (only the
+    token count's few short requests come after them: counting.find): against that
     length's repeats at the start, whether the machine's speed moved while calibrate measured
     (evidence.drift_warning). On this 2-core machine it moved 1.65x between a calibration and
     the held-out rounds a minute later, and a profile fitted across such a change mixes both."""
@@ -214,7 +217,13 @@ class Plan:
         targets = self.row_targets
         rows = self.rows_opening + sum(targets) + max(targets) + 60 if self.rows else 0
         decode = DECODE_PROMPT_TOKENS * sum(self.decode_streams)
-        return 100 + cold + opened + rows + self.together_sent + decode + self.pushed_sent
+        again = self.reference_again * self.reference_tokens(speed)
+        return 100 + cold + opened + rows + self.together_sent + decode + self.pushed_sent + again
+
+    def reference_tokens(self, speed: Speed) -> int:
+        """The reference length on a server of this speed: of the cold lengths it sends, the one
+        nearest REFERENCE_SHARE of the longest (`reference_group`)."""
+        return min(self.cold_sent(speed), key=lambda n: abs(n - REFERENCE_SHARE * self.biggest))
 
     def reply_gaps(self) -> int:
         """The gaps between reply tokens the plan waits for: one a prompt probe, the short
@@ -280,7 +289,7 @@ class Measurements:
     pushed: probes.Return | None = None
     """An opening pushed out of every seat and sent again (None: no seats, not measured)."""
     reference_after: list[probes.Sample] = field(default_factory=list)
-    """The reference length's cold prompts sent again after every other probe (`reference_group`
+    """The reference length's cold prompts sent again after every other timing probe (`reference_group`
     has the same length's repeats from the start)."""
 
 
@@ -330,7 +339,7 @@ def reference_group(cold: list[list[probes.Sample]], biggest: int) -> list[probe
 
 
 def again(p: Prober, reference: list[probes.Sample], n: int) -> list[probes.Sample]:
-    """`n` cold prompts of the reference's length, new text each, after every other probe."""
+    """`n` cold prompts of the reference's length, new text each, after every other timing probe."""
     if not reference or n <= 0:
         return []
     tokens = reference[0].prompt_tokens

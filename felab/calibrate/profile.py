@@ -380,7 +380,7 @@ def reference(m: Measurements, plan: Plan) -> dict[str, Any]:
         "reference_tokens": g[0].prompt_tokens,
         "reference_ttft_ms": [fit.sig(s.ttft_ms) for s in g],
     }
-    if m.reference_after:  # sent again after every other probe (evidence.drift)
+    if m.reference_after:  # sent again after every other timing probe (evidence.drift)
         out["reference_again_ttft_ms"] = [fit.sig(s.ttft_ms) for s in m.reference_after]
     return out
 
