@@ -164,6 +164,7 @@ def test_a_second_calibration_that_fails_keeps_the_first_profile(
 def test_the_reference_again_says_nothing_of_a_machine_that_kept_its_speed() -> None:
     m = cold([20, 21, 20], [110, 108, 112], [310, 305, 312])
     settings = {"prefill_tps": 10_000.0, "prefill_attention_ns": 0.0}
+    m.reference_before = m.cold[1]  # the 1,000-token repeats at the start (plan.reference_group)
     m.reference_after = [Sample(4000, 1000, 0, t, 2) for t in (115.0, 109.0, 118.0)]
     assert evidence.drift(m, settings) == pytest.approx(115 / 110)
     assert evidence.drift_warning(m, settings) is None
@@ -176,6 +177,7 @@ def test_the_reference_again_says_nothing_of_a_machine_that_kept_its_speed() -> 
     # its own length (1 ms a token here), so 1,200 tokens in 132 ms is the start's speed, not 1.2x.
     timed = cold([20, 21, 20], [110, 108, 112], [310, 305, 312])
     steady = {"prefill_tps": 1000.0, "prefill_attention_ns": 0.0, "overhead_ms": 0.0}
+    timed.reference_before = timed.cold[1]
     timed.reference_after = [Sample(4800, 1200, 0, t, 2) for t in (132.0, 130.0, 134.0)]
     assert evidence.drift(timed, steady) == pytest.approx(1.0)  # (by the times alone: 1.2x)
 

@@ -106,7 +106,7 @@ def drift(m: Measurements, settings: dict[str, Any]) -> float | None:
     """How many times their time at the start the reference prompts took at the end of calibrate:
     the medians of each prompt's time over what the fitted formula gives its length (new text of
     the same length counts a few tokens more or fewer). None: not sent again."""
-    after, before = m.reference_after, _reference_start(m)
+    after, before = m.reference_after, m.reference_before
     if not after or not before:
         return None
     timing = model_of(settings)
@@ -118,21 +118,12 @@ def drift(m: Measurements, settings: dict[str, Any]) -> float | None:
     return speed(after) / start if start > 0 else None
 
 
-def _reference_start(m: Measurements) -> list[Sample]:
-    """The reference length's cold prompts at the start: the cold length nearest the prompts sent
-    again (new text of the same length counts a few tokens more or fewer); empty: none."""
-    groups = [g for g in m.cold if g]
-    if not m.reference_after or not groups:
-        return []
-    return min(groups, key=lambda g: abs(g[0].prompt_tokens - m.reference_after[0].prompt_tokens))
-
-
 def drift_warning(m: Measurements, settings: dict[str, Any]) -> str | None:
     """The warning for a machine whose speed moved while calibrate measured (`drift` beyond DRIFT)."""
     ratio = drift(m, settings)
     if ratio is None or 1 / DRIFT <= ratio <= DRIFT:
         return None
-    tokens = _reference_start(m)[0].prompt_tokens  # (the length calibrate said it sent again)
+    tokens = m.reference_before[0].prompt_tokens  # (the length calibrate said it sent again)
     return (
         f"{SPEED_MOVED}: the reference prompts ({tokens:,} tokens, "
         f"cold) took {ratio:.2f}x at the end what they took at the start, so the fitted terms mix two "

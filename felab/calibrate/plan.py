@@ -288,9 +288,10 @@ class Measurements:
     decode: dict[int, list[probes.Sample]] = field(default_factory=dict)
     pushed: probes.Return | None = None
     """An opening pushed out of every seat and sent again (None: no seats, not measured)."""
+    reference_before: list[probes.Sample] = field(default_factory=list)
+    """The reference length's cold prompts at the start (`reference_group`: one of `cold`)."""
     reference_after: list[probes.Sample] = field(default_factory=list)
-    """The reference length's cold prompts sent again after every other timing probe (`reference_group`
-    has the same length's repeats from the start)."""
+    """The same length's cold prompts sent again after every other timing probe (empty: none)."""
 
 
 def measure(
@@ -323,7 +324,8 @@ def measure(
     if plan.push_seats:  # last: the prompts it sends push earlier probes' prompts out of the seats
         p.say(f"  {n}/{n}  an opening pushed out of every seat, then sent again (a cache beyond the seats)")
         m.pushed = probes.pushed_out(p, plan.push_seats, plan.pushed_tokens)
-    m.reference_after = again(p, reference_group(m.cold, plan.biggest), plan.reference_again)
+    m.reference_before = reference_group(m.cold, plan.biggest)
+    m.reference_after = again(p, m.reference_before, plan.reference_again)
     return m
 
 
