@@ -79,6 +79,8 @@ class PrefixCache:
     def cached_blocks(self, keys: Sequence[int], now: float) -> int:
         """How many leading blocks of `keys` are cached, marking nothing used (a router's peek)."""
         self.expire(now)
+        if not keys or keys[0] not in self.blocks:  # (most replicas a router asks hold none of it)
+            return 0
         return sum(1 for _ in itertools.takewhile(self.blocks.__contains__, keys))
 
     def uncached_tokens(self, prompt_tokens: int, keys: Sequence[int], now: float) -> int:
