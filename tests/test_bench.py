@@ -123,6 +123,29 @@ def test_a_case_states_its_median_ttft_error_as_blis_states_its_own() -> None:
     line = summary_row("np4", table, {}, "1.00x")
     assert line["median TTFT error (BLIS 17.6%)"] == "10.0%"
     assert line["worst kind"] == TPOT and line["within target"] == "2 of 4"
+    assert line["the real server against itself"] == "-"  # (one round: no halves to compare)
+
+
+def test_a_case_says_how_often_the_real_server_met_the_target_against_itself() -> None:
+    # Its even rounds' median against its odd ones', held to the twin's target: within 10%, or the
+    # floor (5 ms; 0.5 ms for a token gap). 12% of 100 ms misses; 12% of 30 ms is 3.6 ms, within
+    # the floor; 9% of 200 ms is within; a token gap 40% apart, 0.4 of 1 ms, is within its floor,
+    # but one 15% apart of 5 ms (0.75 ms) is not: its floor is not a TTFT's 5 ms.
+    from felab.bench.heldout import TPOT, summary_row
+    from felab.calibrate.check import TPOT_FLOOR_MS, Row
+
+    table = [
+        Row("cold", 15, 100, 104, 100, 104, real_itself=0.12),
+        Row("behind", 15, 100, 100, 100, 100, real_itself=None),
+        Row("questions", 60, 30, 31, 30, 31, real_itself=0.12),
+        Row(TPOT, 15, 1.0, 1.1, 1.0, 1.1, floor_ms=TPOT_FLOOR_MS, real_itself=0.4),
+        Row(TPOT, 15, 5.0, 5.2, 5.0, 5.2, floor_ms=TPOT_FLOOR_MS, real_itself=0.15),
+        Row("at once", 30, 200, 260, 200, 260, real_itself=0.09),
+    ]
+    assert [r.itself_within for r in table] == [False, None, True, True, False, True]
+    line = summary_row("np4", table, {}, "1.00x")
+    assert line["the real server against itself"] == "3 of 5"  # (the last row counted too)
+    assert line["within target"] == "5 of 6"  # the twin: all but "at once" (+30%)
 
 
 def test_the_model_the_kit_did_not_make_is_named_from_make_and_a_missing_one_says_how(tmp_path) -> None:

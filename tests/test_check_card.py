@@ -48,6 +48,8 @@ def test_a_row_carries_the_spread_and_the_card_says_what_a_miss_within_it_means(
     assert row.cells()["real, even vs odd rounds"] == "18%"
     note = card.noise_note(card.compare(real, twin))
     assert "up to 18% (cold, ~2,560 tokens)" in note
+    # Held to the twin's target: cold missed (18% of 220 ms, 40 ms), the opening met it (0%).
+    assert "held to the twin's target, it met it on 1 of 2 kinds" in note
     assert "no more than the server moved against itself: cold, ~2,560 tokens" in note
 
 

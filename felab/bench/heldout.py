@@ -424,14 +424,18 @@ def ttft_error(table: list[card.Row]) -> float:
 
 
 def summary_row(case: str, table: list[card.Row], said: dict[str, str], speed: str) -> dict[str, str]:
-    """A case's line in the summary: kinds within target, how many misses are the server's own
-    spread, the median TTFT error, the worst kind, the misses' causes and the machine's speed."""
+    """A case's line in the summary: kinds within target, the kinds where the real server met that
+    target against itself (its even rounds against its odd: `Row.itself_within`, a harsher test
+    than the twin's), how many misses are the server's own spread, the median TTFT error, the
+    worst kind, the misses' causes and the machine's speed."""
     worst = max(table, key=lambda r: abs(card.relative(r.twin_p50, r.real_p50)))
     noise = [r for r in table if not r.within and r.real_itself is not None
              and abs(card.relative(r.twin_p50, r.real_p50)) <= r.real_itself]  # fmt: skip
+    itself = [r.itself_within for r in table if r.itself_within is not None]
     return {
         "case": case,
         "within target": f"{sum(r.within for r in table)} of {len(table)}",
+        "the real server against itself": f"{sum(itself)} of {len(itself)}" if itself else "-",
         "misses no larger than the server's own spread": str(len(noise)),
         f"median TTFT error (BLIS {BLIS_TTFT:.1%})": f"{ttft_error(table):.1%}",
         "worst kind": worst.kind,

@@ -277,6 +277,17 @@ class Row:
     def within(self) -> bool:
         return abs(self.twin_p50 - self.real_p50) <= max(TOLERANCE * self.real_p50, self.floor_ms)
 
+    @property
+    def itself_within(self) -> bool | None:
+        """Whether the real server met the same target against itself: its even rounds' median
+        against its odd ones', as near as the twin must come (None with fewer than 2 rounds). A
+        harsher test than the twin's: each half holds half the samples, so with independent noise
+        two halves differ by about twice what a whole run's median is off by. Still, where the
+        server misses it, a twin's miss there may be the machine's noise."""
+        if self.real_itself is None:
+            return None
+        return self.real_itself * self.real_p50 <= max(TOLERANCE * self.real_p50, self.floor_ms)
+
     def cells(self, unit: str = "ms") -> dict[str, Any]:
         return {
             "work": self.kind,
@@ -421,9 +432,11 @@ def noise_note(rows: list[Row]) -> str:
         return "(one round: the real server cannot be compared with itself; run more rounds)"
     most, kind = max(spreads)
     missed = [r for r in rows[:-1] if not r.within]
+    itself = [r.itself_within for r in rows[:-1] if r.itself_within is not None]
     note = (
         f"The real server against itself: its median of even rounds and of odd rounds differed by up "
-        f"to {most:.0%} ({kind}), on the same work."
+        f"to {most:.0%} ({kind}), on the same work; held to the twin's target, it met it on "
+        f"{sum(itself)} of {len(itself)} kinds."
     )
     noisy = [
         r
