@@ -150,21 +150,22 @@ def test_the_practice_server_counts_and_caches_with_the_tokenizer(files: tuple[P
     rng = random.Random(3)
     opening = " ".join(varied(rng))
     asked = [prompts.with_question(opening, q) for q in prompts.QUESTIONS[:2]]
+    template = -3  # the engine's chat template: 3 tokens fewer than the practice server's
     with practice_server(
-        "--tokenizer", str(files[1]), "--template-tokens", "-3", "--block-tokens", "16"
+        "--tokenizer", str(files[1]), "--template-tokens", str(template), "--block-tokens", "16"
     ) as url:
         seen: list[list[int]] = []
         for messages in asked:
             text = chat_template([Message(**m) for m in messages])
             ids = tok.encode(text, add_special_tokens=False).ids
             tokens, cached = practice_tokens(url, messages)
-            assert tokens == len(ids) - 3
+            assert tokens == len(ids) + template
             # The engine's ids: its template is 3 tokens shorter at the first message's start
             # (tokens._marked), so its blocks start 3 ids later than the practice template's.
             # Counted on the practice template's ids, the shared blocks were one too many whenever
             # the shared ids ran fewer than 3 past a block's end: the kit's tokenizer is trained on
             # the lessons' text, and an edit to lesson 06's README moved them there.
-            engine = ids[3:]
+            engine = ids[-template:]
             # The ids both prompts begin with (the opening's, and its template's start), in whole
             # blocks: the system message rendered alone ends with the generation prompt, which the
             # second prompt does not share, so its length is not the truth.

@@ -429,14 +429,12 @@ def summary_row(case: str, table: list[card.Row], said: dict[str, str], speed: s
     than the twin's), how many misses are the server's own spread, the median TTFT error, the
     worst kind, the misses' causes and the machine's speed."""
     worst = max(table, key=lambda r: abs(card.relative(r.twin_p50, r.real_p50)))
-    noise = [r for r in table if not r.within and r.real_itself is not None
-             and abs(card.relative(r.twin_p50, r.real_p50)) <= r.real_itself]  # fmt: skip
-    itself = [r.itself_within for r in table if r.itself_within is not None]
+    met, compared = card.itself_met(table)
     return {
         "case": case,
         "within target": f"{sum(r.within for r in table)} of {len(table)}",
-        "the real server against itself": f"{sum(itself)} of {len(itself)}" if itself else "-",
-        "misses no larger than the server's own spread": str(len(noise)),
+        "the real server against itself": f"{met} of {compared}" if compared else "-",
+        "misses no larger than the server's own spread": str(sum(r.noise_only for r in table)),
         f"median TTFT error (BLIS {BLIS_TTFT:.1%})": f"{ttft_error(table):.1%}",
         "worst kind": worst.kind,
         "its error": card.error(worst.twin_p50, worst.real_p50),

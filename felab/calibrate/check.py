@@ -274,8 +274,20 @@ class Row:
     as a share of its median (None with fewer than 2 rounds)."""
 
     @property
+    def allowed_ms(self) -> float:
+        """How far from the real median the target allows: TOLERANCE of it, or the floor."""
+        return max(TOLERANCE * self.real_p50, self.floor_ms)
+
+    @property
     def within(self) -> bool:
-        return abs(self.twin_p50 - self.real_p50) <= max(TOLERANCE * self.real_p50, self.floor_ms)
+        return abs(self.twin_p50 - self.real_p50) <= self.allowed_ms
+
+    @property
+    def noise_only(self) -> bool:
+        """A miss no larger than the real server's own spread between its rounds: this run cannot
+        tell it from the machine's noise."""
+        error = abs(relative(self.twin_p50, self.real_p50))
+        return not self.within and self.real_itself is not None and error <= self.real_itself
 
     @property
     def itself_within(self) -> bool | None:
@@ -286,7 +298,7 @@ class Row:
         server misses it, a twin's miss there may be the machine's noise."""
         if self.real_itself is None:
             return None
-        return self.real_itself * self.real_p50 <= max(TOLERANCE * self.real_p50, self.floor_ms)
+        return self.real_itself * self.real_p50 <= self.allowed_ms
 
     def cells(self, unit: str = "ms") -> dict[str, Any]:
         return {
@@ -425,24 +437,26 @@ def pieces_note(
     )
 
 
+def itself_met(rows: list[Row]) -> tuple[int, int]:
+    """On how many of the rows the real server met the twin's target against itself
+    (`Row.itself_within`), and of how many it could be compared (2 rounds or more)."""
+    met = [r.itself_within for r in rows if r.itself_within is not None]
+    return sum(met), len(met)
+
+
 def noise_note(rows: list[Row]) -> str:
     """What the real server's own spread says about the twin's misses (the rows' last column)."""
     spreads = [(r.real_itself, r.kind) for r in rows[:-1] if r.real_itself is not None]
     if not spreads:
         return "(one round: the real server cannot be compared with itself; run more rounds)"
     most, kind = max(spreads)
-    missed = [r for r in rows[:-1] if not r.within]
-    itself = [r.itself_within for r in rows[:-1] if r.itself_within is not None]
+    met, compared = itself_met(rows[:-1])
     note = (
         f"The real server against itself: its median of even rounds and of odd rounds differed by up "
         f"to {most:.0%} ({kind}), on the same work; held to the twin's target, it met it on "
-        f"{sum(itself)} of {len(itself)} kinds."
+        f"{met} of {compared} kinds."
     )
-    noisy = [
-        r
-        for r in missed
-        if r.real_itself is not None and abs(relative(r.twin_p50, r.real_p50)) <= r.real_itself
-    ]
+    noisy = [r for r in rows[:-1] if r.noise_only]
     if noisy:
         kinds = ", ".join(r.kind for r in noisy)
         note += (

@@ -223,7 +223,7 @@ class Plan:
     def reference_tokens(self, speed: Speed) -> int:
         """The reference length on a server of this speed: of the cold lengths it sends, the one
         nearest REFERENCE_SHARE of the longest (`reference_group`)."""
-        return min(self.cold_sent(speed), key=lambda n: abs(n - REFERENCE_SHARE * self.biggest))
+        return nearest_reference(self.cold_sent(speed), self.biggest)
 
     def reply_gaps(self) -> int:
         """The gaps between reply tokens the plan waits for: one a prompt probe, the short
@@ -333,11 +333,20 @@ REFERENCE_SHARE = 0.3
 """The reference probe: the cold prompts of the length nearest this share of the longest."""
 
 
+def nearest_reference(lengths: list[int], biggest: int) -> int:
+    """Of these prompt lengths, the reference one: nearest REFERENCE_SHARE of the longest (the first
+    such)."""
+    return min(lengths, key=lambda n: abs(n - REFERENCE_SHARE * biggest))
+
+
 def reference_group(cold: list[list[probes.Sample]], biggest: int) -> list[probes.Sample]:
     """The cold prompts of the reference length (the profile's `reference_tokens`: `--check` and
     the end of calibrate send that length again); empty if none was measured."""
     groups = [g for g in cold if g]
-    return min(groups, key=lambda g: abs(g[0].prompt_tokens - REFERENCE_SHARE * biggest)) if groups else []
+    if not groups:
+        return []
+    tokens = nearest_reference([g[0].prompt_tokens for g in groups], biggest)
+    return next(g for g in groups if g[0].prompt_tokens == tokens)
 
 
 def again(p: Prober, reference: list[probes.Sample], n: int) -> list[probes.Sample]:
