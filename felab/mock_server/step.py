@@ -53,7 +53,8 @@ class Step:
     def new_tokens(self) -> int:
         """Prompt tokens read in this step."""
         pieces = self.pieces
-        return pieces[0].new if len(pieces) == 1 else sum(p.new for p in pieces)
+        return pieces[0].new if len(pieces) == 1 else sum([p.new for p in pieces])  # (no generator:
+        # a decode step has none, and a replay prices 100,000)
 
 
 def prompt_steps(uncached: int, cached: int = 0, batch_tokens: int | None = None) -> list[Step]:

@@ -271,10 +271,12 @@ def parse(path: Path, line: int, text: bytes, after_s: float, before: int) -> Tr
         if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MAX_TOKENS:
             wanted = f"a whole number of tokens, {least} to {MAX_TOKENS:,}"
             raise bad(f"`{name}` must be {wanted}, not {value!r:.40}")
-    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+    if not isinstance(ids, list) or bool in set(map(type, ids)):  # (true and false are ints too)
         raise bad("`hash_ids` must be a list of whole numbers")
     try:
         keys = array("q", ids)  # 8 bytes an id, not a Python int object each
+    except TypeError:  # a float, a string, a list, null
+        raise bad("`hash_ids` must be a list of whole numbers") from None
     except OverflowError:
         raise bad("`hash_ids` must be whole numbers that fit in 64 bits") from None
     session = obj.get("session_id")
