@@ -27,7 +27,7 @@ from felab.mock_server.launch import practice_server
 from felab.mock_server.loop import EngineStep, Loop, Turn
 from felab.mock_server.step import Piece, Step
 from felab.mock_server.terms import step_seconds
-from felab.mock_server.timing import Prefill, PrefillLane, TimingModel
+from felab.mock_server.timing import Prefill, TimingModel
 from felab.replay import trace, virtual
 
 TPS = 10_000.0
@@ -39,13 +39,13 @@ def at(tokens: float) -> float:
     return tokens / TPS
 
 
-def loop(batch_tokens: int = 2048, timing: TimingModel = FLAT, slowdown: float = 0.0) -> Loop:
-    return Loop(batch_tokens, dataclasses.replace(timing, batch_slowdown=slowdown))
+def loop(batch_tokens: int | None = 2048, timing: TimingModel = FLAT, slowdown: float = 0.0) -> Loop:
+    """The engine loop with steps of `batch_tokens` (None: the lesson's, one whole prompt a step)."""
+    timing = dataclasses.replace(timing, batch_slowdown=slowdown)
+    return Loop(batch_tokens, timing, by_arrival=batch_tokens is None)
 
 
-def book(lane: Loop | PrefillLane, *tokens: int, ready: float = 0.0) -> list[Prefill]:
-    if isinstance(lane, PrefillLane):
-        return [lane.book(ready, n / TPS, now=ready) for n in tokens]
+def book(lane: Loop, *tokens: int, ready: float = 0.0) -> list[Prefill]:
     return [lane.book(ready, ready, n, 0, None, 0) for n in tokens]
 
 
@@ -71,7 +71,7 @@ def test_four_long_prompts_at_once_get_the_ends_of_batches_2_3_4_and_6() -> None
 
 
 def test_one_prompt_after_another_without_batches() -> None:
-    lane = PrefillLane()
+    lane = loop(None)
     assert ends(book(lane, 2600, 2600, 2600, 2600)) == [2600, 5200, 7800, 10400]
 
 
@@ -281,7 +281,7 @@ def test_the_model_books_batched_first_tokens_and_none_keeps_the_plain_lane() ->
     # 10,309; step 6, b's last and c's tokens and d's last 166 -> 10,500.
     assert [round(b.ttft_s * TPS, 6) for b in bookings] == [4096, 6168, 8239, 10500]
     assert [round(bookings[0].token_at(i) * TPS, 6) for i in range(4)] == [4096, 6168, 8239, 10309]
-    assert type(PracticeModel(Settings()).fleet.replicas[0].lane) is PrefillLane
+    assert PracticeModel(Settings()).fleet.replicas[0].lane.batch_tokens is None  # the lesson's lane
 
 
 def test_a_seat_is_held_until_the_reply_end_a_later_prompt_moved() -> None:

@@ -108,11 +108,12 @@ def test_a_hang_up_counts_only_what_was_served() -> None:
 
 
 def test_the_prefix_router_quotes_from_arrival_as_the_lane_books() -> None:
-    # Replica 0 is busy until 30.2 ms; replica 1 is idle. A request that arrived at 0 but is
-    # booked at 20 ms (its body was slow) starts at 15 ms on an idle lane: replica 1 is sooner.
+    # Replica 0 is busy until 30.4 ms (76 tokens at 2,500/s); replica 1 is idle. A request that
+    # arrived at 0 but is booked at 20 ms (its body was slow) starts at 15 ms on an idle lane:
+    # replica 1 is sooner.
     model = PracticeModel(Settings(replicas=2, route="prefix"))
     busy = model.fleet.replicas[0]
-    busy.lane.book(0.0, 0.0302, now=0.0)
+    busy.lane.book(0.0, now=0.0, new=76, cached=0, rank=None, reply=1)
     b = model.book(prompt([], extra_tokens=100), 1, arrival=0.0, now=0.020)
     assert b.replica.index == 1 and b.prefill.start == pytest.approx(0.015)
 

@@ -20,61 +20,75 @@ from felab.mock_server import metrics
 from felab.mock_server.booking import PracticeModel, Prompt
 from felab.mock_server.config import Settings
 from felab.mock_server.launch import practice_server
-from felab.mock_server.timing import PrefillLane
+from felab.mock_server.loop import Loop, Turn
+from felab.mock_server.timing import TimingModel
 
 BLOCK_S = 64 / 2500  # 0.0256 s of prefill a block
 
 
-# ── PrefillLane.cancel, told the time ─────────────────────────────────────────
+# ── The lesson's lane (the engine loop, one whole prompt a step), told the time ──
+
+ONE_PER_MS = TimingModel(overhead_ms=0.0, prefill_tokens_per_s=1000.0, decode_tokens_per_s=1000.0)
 
 
-def lane_of(*seconds: float, ready_at: float = 0.0) -> tuple[PrefillLane, list]:
-    lane = PrefillLane()
-    return lane, [lane.book(ready_at, s, now=0.0) for s in seconds]
+def lane_of(*seconds: float, ready_at: float = 0.0) -> tuple[Loop, list[Turn]]:
+    """The lesson's engine at 1,000 tokens/s, with prompts of these seconds booked at 0."""
+    lane = Loop(None, ONE_PER_MS, by_arrival=True)
+    return lane, [book(lane, ready_at, s) for s in seconds]
+
+
+def book(lane: Loop, ready_at: float, seconds: float, now: float = 0.0) -> Turn:
+    return lane.book(ready_at, now, round(seconds * 1000), 0, None, 1)
+
+
+def cancel(lane: Loop, turn: Turn, now: float, keep_s: float = 0.0) -> list[Turn]:
+    """A hang-up at `now`: the turn keeps what it used and what later prompts need, the rest of
+    the lane is planned again. The turns that moved."""
+    return lane.reflow(now) if lane.shorten(turn, now, keep_s) else []
 
 
 def test_a_waiting_prefill_that_is_cancelled_leaves_the_lane_and_those_behind_move_up() -> None:
     lane, (a, b, c) = lane_of(1.0, 1.0, 1.0)
     assert [t.start for t in (a, b, c)] == [0.0, 1.0, 2.0]
-    assert lane.cancel(b, now=0.5) == [c]
-    assert (c.start, c.end, lane.free_at) == (1.0, 2.0, 2.0)
+    assert cancel(lane, b, now=0.5) == [c]
+    assert (c.start, c.end, lane.free_at) == pytest.approx((1.0, 2.0, 2.0))
     assert list(lane.queue) == [a, c] and b.seconds == 0.0
-    assert lane.cancel(b, now=0.6) == []  # twice: nothing more to give back
+    assert cancel(lane, b, now=0.6) == []  # twice: nothing more to give back
 
 
 def test_a_prefill_cancelled_half_way_keeps_what_it_used() -> None:
     lane, (a, b, c) = lane_of(1.0, 1.0, 1.0)
-    assert lane.cancel(a, now=0.25) == [b, c]
-    assert (a.end, b.start, c.start, lane.free_at) == (0.25, 0.25, 1.25, 2.25)
+    assert cancel(lane, a, now=0.25) == [b, c]
+    assert (a.end, b.start, c.start, lane.free_at) == pytest.approx((0.25, 0.25, 1.25, 2.25))
 
 
 def test_a_prefill_already_done_gives_nothing_back() -> None:
     lane, (a, b) = lane_of(1.0, 1.0)
-    assert lane.cancel(a, now=1.0) == []
-    assert (b.start, lane.free_at) == (1.0, 2.0)
+    assert cancel(lane, a, now=1.0) == []
+    assert (b.start, lane.free_at) == pytest.approx((1.0, 2.0))
 
 
 def test_the_work_later_prompts_need_is_kept() -> None:
     lane, (a, b, c) = lane_of(1.0, 1.0, 1.0)
-    assert lane.cancel(b, now=0.5, keep_s=0.4) == [c]  # still waiting, 0.4 s of it still needed
-    assert (b.start, b.end, c.start, lane.free_at) == (1.0, 1.4, 1.4, 2.4)
-    assert lane.cancel(a, now=0.1, keep_s=5.0) == []  # all of it needed: nothing moves
-    assert (a.end, b.start) == (1.0, 1.0)
+    assert cancel(lane, b, now=0.5, keep_s=0.4) == [b, c]  # still waiting, 0.4 s of it still needed
+    assert (b.start, b.end, c.start, lane.free_at) == pytest.approx((1.0, 1.4, 1.4, 2.4))
+    assert cancel(lane, a, now=0.1, keep_s=5.0) == []  # all of it needed: nothing moves
+    assert (a.end, b.start) == pytest.approx((1.0, 1.0))
 
 
 def test_a_prefill_not_ready_yet_keeps_its_own_start() -> None:
-    lane = PrefillLane()
-    a = lane.book(0.0, 1.0, now=0.0)
-    b = lane.book(1.5, 1.0, now=0.0)  # ready only at 1.5: a gap in the lane before it
-    assert lane.cancel(a, now=0.2) == []  # b could not start sooner anyway
-    assert (a.end, b.start, lane.free_at) == (0.2, 1.5, 2.5)
+    lane = Loop(None, ONE_PER_MS, by_arrival=True)
+    a = book(lane, 0.0, 1.0)
+    b = book(lane, 1.5, 1.0)  # ready only at 1.5: a gap in the lane before it
+    assert cancel(lane, a, now=0.2) == []  # b could not start sooner anyway
+    assert (a.end, b.start, lane.free_at) == pytest.approx((0.2, 1.5, 2.5))
 
 
 def test_cancelling_the_last_prefill_frees_the_lane_from_now() -> None:
     lane, (a,) = lane_of(1.0)
-    lane.cancel(a, now=0.3)
-    assert lane.free_at == 0.3
-    assert lane.book(0.4, 0.1, now=0.4).start == 0.4
+    cancel(lane, a, now=0.3)
+    assert lane.free_at == pytest.approx(0.3)
+    assert book(lane, 0.4, 0.1, now=0.4).start == 0.4
 
 
 # ── PracticeModel.cancel: the lane, the cache and the gauges agree ───────────

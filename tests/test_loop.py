@@ -384,3 +384,50 @@ def test_mlx_takes_the_requests_that_come_while_it_takes_one() -> None:
     a = m.book(prompt(1000, 0), 1, 0.0, 0.0)
     c = m.book(prompt(1000, 1), 1, 0.011, 0.011)
     assert a.first_token_at == pytest.approx(0.155) and c.first_token_at == pytest.approx(0.305)
+
+
+# ── The lesson's engine: one whole prompt a step ────────────────────────────
+
+
+class Walking(Loop):
+    """The lesson's loop that never takes the short cut (`_goes_last`): every newcomer is planned
+    by `_plan`'s walk, as a prompt that joins the steps is."""
+
+    def _goes_last(self, turn: Turn, since: float) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_lessons_short_cut_books_what_the_walk_would(seed: int) -> None:
+    # Prompts booked as time goes on, some ready later than others booked after them (a seat,
+    # a slow body), some hung up half way: the short cut and the walk give every turn the same
+    # start and first token.
+    rng = random.Random(seed)
+    rates = Settings(prefill_tps=10_000.0, prefill_attention_ns=100.0).timing
+    short, walk = Loop(None, rates, by_arrival=True), Walking(None, rates, by_arrival=True)
+    turns: list[tuple[Turn, Turn]] = []
+    now = 0.0
+    for _ in range(40):
+        now += rng.expovariate(20.0)
+        ready = now + rng.choice([0.0, 0.0, 0.01, 0.3])
+        new, cached = rng.randint(1, 3000), rng.randint(0, 500)
+        pair = (short.book(ready, now, new, cached, None, 1), walk.book(ready, now, new, cached, None, 1))
+        turns.append(pair)
+        if rng.random() < 0.15:
+            victim = rng.choice(turns)
+            for lane, turn in zip((short, walk), victim, strict=True):
+                if lane.shorten(turn, now):
+                    lane.reflow(now)
+    assert [(a.start, a.end) for a, _ in turns] == [(b.start, b.end) for _, b in turns]
+    assert short.free_at == walk.free_at
+
+
+def test_a_lesson_step_under_way_stops_where_the_hang_up_finds_it() -> None:
+    # 2,000 tokens at 10,000 tokens/s, no attention: 0.2 s. A hang-up at 0.05 s keeps the 500 it
+    # read, and the next prompt starts then, not at 0.2.
+    rates = Settings(prefill_tps=10_000.0).timing
+    lane = Loop(None, rates, by_arrival=True)
+    a, b = (lane.book(0.0, 0.0, 2000, 0, None, 1) for _ in range(2))
+    assert (a.end, b.start) == pytest.approx((0.2, 0.2))
+    assert lane.shorten(a, 0.05) and lane.reflow(0.05) == [b]
+    assert (a.tokens, a.end, b.start, b.end) == pytest.approx((500, 0.05, 0.05, 0.25))

@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from felab.mock_server.config import DEFAULTS
-from felab.mock_server.timing import PrefillLane
+from felab.mock_server.loop import Loop
+from felab.mock_server.timing import TimingModel
 from felab.stats import percentile, ratio
 
 
@@ -71,10 +72,11 @@ def test_a_last_piece_of_few_rows_costs_a_pass_over_the_context_per_row() -> Non
 
 
 def test_the_prefill_lane_serves_prompts_one_after_another() -> None:
-    lane = PrefillLane()  # each prompt ready 10 ms after it arrives; 1,000 tokens/s
-    a = lane.book(0.01, 0.5, now=0.0)  # 0.01 + 0.5
-    b = lane.book(0.01, 0.5, now=0.0)  # waits for a
-    c = lane.book(5.01, 0.1, now=5.0)  # arrives to an idle lane
+    # the lesson's engine, one whole prompt a step; each ready 10 ms after it arrives; 1,000 tokens/s
+    lane = Loop(None, TimingModel(overhead_ms=10.0, prefill_tokens_per_s=1000.0, decode_tokens_per_s=400.0))
+    a = lane.book(0.01, now=0.0, new=500, cached=0, rank=None, reply=1)  # 0.01 + 0.5
+    b = lane.book(0.01, now=0.0, new=500, cached=0, rank=None, reply=1)  # waits for a
+    c = lane.book(5.01, now=5.0, new=100, cached=0, rank=None, reply=1)  # arrives to an idle lane
     assert a.end == pytest.approx(0.51)
     assert b.start == pytest.approx(0.51)
     assert b.end == pytest.approx(1.01)

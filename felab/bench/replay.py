@@ -79,8 +79,9 @@ def one(path: Path, limit: int | None, s: Settings) -> dict[str, Any]:
 
 
 def speed(path: Path, limit: int | None, base: Settings) -> tuple[list[dict], list[Check]]:
-    """The trace through 1 replica and through 64 with prefix routing: with the defaults (lesson 06's
-    model, a FIFO lane), then with the twin (seats, the engine loop's steps, every cost term)."""
+    """The trace through 1 replica and through 64 with prefix routing: with the defaults (lesson
+    06's model: the engine loop, one whole prompt a step), then with the twin (seats, the engine
+    loop's steps, every cost term)."""
     rows, checks = [], []
     twin = replace(base, **TWIN, context_tokens=TWIN_CONTEXT)  # type: ignore[arg-type]
     for model, settings in (("defaults", base), ("twin", twin)):

@@ -8,8 +8,9 @@ Read it in this order; each file holds one idea:
     flags.py     the flags written from those declarations (server, replay, real-time replay)
     cache.py     the block-hash prefix cache: PrefixCache.uncached_tokens()
     tokens.py    how a prompt's tokens are counted: characters, or the engine's tokenizer
-    timing.py    the timing model and the prefill lane (first come, first served)
-    loop.py      the engine loop (--batch-tokens): steps formed from the seats, priced by terms/
+    timing.py    the timing model: what a prompt and a reply token take, by the terms/
+    loop.py      the engine loop: the lesson's prefill lane (one whole prompt a step, first
+                 come, first served), or with --batch-tokens steps formed from the seats
     seats.py     a replica's seats (--seats): who runs, who waits; llama.cpp's per-seat prefix
     host_cache.py  the tier behind the seats: prompts that left them, kept in host memory (--cache-ram)
     fleet.py     replicas, how a request picks one (the prefix router's cost), their counters

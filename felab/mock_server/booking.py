@@ -6,7 +6,7 @@
       3. look up  the replica's cache: how much of the prompt it holds   (cache.py;
                   with --cache-mode seat-prefix, what its seat last read, or a
                   prompt saved in host memory: host_cache.py)
-      4. queue    the replica's prefill lane gives the prompt its turn   (timing.py)
+      4. queue    the replica's engine loop gives the prompt its turn    (loop.py)
       5. insert   the prompt's blocks are cached, in use until its prefill ends
       6. count    the replica's counters (/metrics); the usage the client gets
 
@@ -42,7 +42,7 @@ from felab.mock_server.host_cache import HostCache
 from felab.mock_server.loop import Loop, Turn
 from felab.mock_server.seats import Seat, Seats
 from felab.mock_server.step import reply_context
-from felab.mock_server.timing import Prefill, PrefillLane
+from felab.mock_server.timing import Prefill
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class Booking:
     cached_tokens: int
     reply_tokens: int
     arrival: float
-    prefill: Prefill
+    prefill: Turn
     interval_s: float
     """Seconds between two reply tokens."""
     keys: Sequence[int] = ()
@@ -80,7 +80,7 @@ class Booking:
     def follows_steps(self) -> bool:
         """Whether its reply's tokens follow the engine's steps (--batch-tokens: loop.py), so
         that a prompt that comes, or one that hangs up, may move them."""
-        return isinstance(self.prefill, Turn)
+        return self.replica.lane.batch_tokens is not None
 
     @property
     def found_blocks(self) -> int:
@@ -103,19 +103,13 @@ class Booking:
 
     def tokens_due(self, now: float) -> int:
         """How many reply tokens were due by `now` (what a client that left then had received)."""
-        if isinstance(self.prefill, Turn):  # (follows_steps: for the type checker)
-            return min(self.reply_tokens, self.prefill.tokens_due(now))
-        if now < self.first_token_at:
-            return 0
-        return min(self.reply_tokens, int((now - self.first_token_at) / self.interval_s) + 1)
+        return min(self.reply_tokens, self.prefill.tokens_due(now))
 
     def token_at(self, i: int) -> float:
         """When reply token i (0-based) is due: `interval_s` apart, or with batches (--batch-tokens),
         at the ends of the steps its stream is in, and between them each its gap after the one
         before, `interval_s` on average (loop.py, `Turn.gaps`)."""
-        if isinstance(self.prefill, Turn):
-            return self.prefill.token_at(i)
-        return self.prefill.end + i * self.interval_s
+        return self.prefill.token_at(i)
 
     @property
     def reply_end(self) -> float:
@@ -199,10 +193,7 @@ class PracticeModel:
         cached = prompt.tokens - self._uncached(replica, prompt, reused, now)
         uncached = prompt.tokens - cached
         rank = None if seat is None or replica.seats is None else replica.seats.seats.index(seat)
-        if isinstance(replica.lane, Loop):
-            prefill: Prefill = replica.lane.book(admission, now, uncached, cached, rank, reply_tokens)
-        else:
-            prefill = replica.lane.book(admission, self.timing.prefill_s(uncached, cached), now)
+        prefill = replica.lane.book(admission, now, uncached, cached, rank, reply_tokens)
         if self.settings.cache_mode == "blocks":  # (batched, prefill.end may move later, by less than
             replica.cache.insert(prompt.keys, used_at=prefill.end)  # a batch: the TTL starts that early)
         interval = self._pace(replica, prefill, reply_context(prompt.tokens, reply_tokens))
@@ -220,16 +211,15 @@ class PracticeModel:
         replica.stats.admit(prompt.tokens, cached)
         return b
 
-    def _pace(self, replica: Replica, prefill: Prefill, context: int) -> float:
+    def _pace(self, replica: Replica, prefill: Turn, context: int) -> float:
         """Seconds between a reply's tokens: a decode step of the streams decoding on `replica` when
         its first token comes, each at the reply's mean `context` (prompt and half the reply:
         step.reply_context). With steps (loop.py), its gaps between them, each one token of
         context longer than the last."""
         streams = self.streams(replica, prefill.end)
         interval = self.timing.token_interval_s(streams, context)
-        if isinstance(prefill, Turn) and isinstance(replica.lane, Loop):
-            growth = self.timing.token_interval_s(streams, context + 1) - interval  # (one more to attend)
-            replica.lane.pace(prefill, interval, growth)
+        growth = self.timing.token_interval_s(streams, context + 1) - interval  # (one more to attend)
+        replica.lane.pace(prefill, interval, growth)
         return interval
 
     def _plan_parked(self, now: float) -> None:
@@ -274,8 +264,6 @@ class PracticeModel:
         may end later; the seats follow (or, where a later request now holds a seat one needs,
         the waiting requests are admitted again)."""
         replica, prefill = b.replica, b.prefill
-        if not (isinstance(prefill, Turn) and isinstance(replica.lane, Loop)):
-            return
         prefill.holder = b
         moved = [t.holder for t in replica.lane.replanned.values() if isinstance(t.holder, Booking)]
         moved = [x for x in moved if x.rid in self.live]  # (a hung-up one holds no seat)
@@ -336,7 +324,7 @@ class PracticeModel:
         replica, gave_back = booking.replica, False
         unplanned = self._unpark(booking, now)
         self.finish(booking, now)
-        stopped = isinstance(replica.lane, Loop) and replica.lane.stop(booking.prefill, now)
+        stopped = replica.lane.stop(booking.prefill, now)
         if booking.prefill.end > now:  # still prefilling or waiting: give its lane time back
             gave_back = self._give_back(booking, unplanned, now)
             if unplanned and not gave_back:
@@ -359,17 +347,14 @@ class PracticeModel:
     def _move_up(self, replica: Replica, freed: bool, now: float) -> bool:
         """After a hang-up on `replica` (`freed`: it gave lane time back or stopped a reply): the
         requests behind it move up, and their waiters are told. True if any moved."""
-        if replica.seats is not None and isinstance(replica.lane, Loop):  # only what it moved
+        if replica.seats is not None:  # only what it moved
             moved = self._readmit(replica, now)
             self.on_moved(moved)
             return bool(moved)
-        if replica.seats is not None:  # its seat is free: those waiting for one move up
-            moved_up = bool(self._reseat(replica, now))
-        else:
-            moved_up = bool(freed and replica.lane.reflow(now))
-        if moved_up:
+        if freed and replica.lane.reflow(now):
             self.on_moved([b for b in self.live.values() if b.replica is replica])
-        return moved_up
+            return True
+        return False
 
     def _give_back(self, booking: Booking, unplanned: bool, now: float) -> bool:
         """A hung-up booking still prefilling or waiting: every hung-up prompt it relied on, and
@@ -393,33 +378,6 @@ class PracticeModel:
         for rid in [rid for rid, g in self.hung_up.items() if g.prefill.end <= now or not g.prefill.seconds]:
             del self.hung_up[rid]
 
-    def _reseat(self, replica: Replica, now: float) -> list[Prefill]:
-        """Admit again, first come first served, the requests still waiting for a seat on `replica`
-        (a hang-up freed one); their prefills and those behind move up. The prefills that moved."""
-        assert replica.seats is not None and isinstance(replica.lane, PrefillLane)
-        mine = [b for b in self.live.values() if b.replica is replica]
-        waiting = {id(b.prefill): b for b in mine if b.prefill.ready_at >= now}
-        held: dict[int, float] = {}  # seat -> when the last admitted request on it is done
-        for b in mine:
-            if b.seat is not None and id(b.prefill) not in waiting:
-                held[id(b.seat)] = max(held.get(id(b.seat), now), b.reply_end)
-        for seat in replica.seats.seats:  # free now, unless a request admitted already holds it
-            seat.free_at = held.get(id(seat), min(seat.free_at, now))
-        replica.seats.last_admission = min(replica.seats.last_admission, now)
-        seated: dict[int, Seat] = {}
-
-        def admit(prefill: Prefill) -> None:  # before the lane places its turn: its (earlier) seat
-            if (b := waiting.get(id(prefill))) is not None and replica.seats is not None:
-                seat, at, _ = replica.seats.admit(b.ready, b.keys)
-                b.seat = seated[id(prefill)] = seat  # the cache match it was booked with stays
-                prefill.ready_at = at + b.restore_s  # (and its copy from host memory, if any)
-
-        def hold(prefill: Prefill) -> None:  # after: it holds that seat until its reply's new end
-            if (b := waiting.get(id(prefill))) is not None and replica.seats is not None:
-                replica.seats.hold(seated[id(prefill)], prefill.ready_at, b.reply_end, b.keys, b)
-
-        return replica.lane.reflow(now, admit, hold)
-
     def _readmit(self, replica: Replica, now: float, everyone: bool = False) -> list[Booking]:
         """With seats and batches: admit again, first come first served, the requests waiting for
         a seat on `replica` (a hang-up freed one, or gave lane time back), as far as a seat is free
@@ -431,12 +389,12 @@ class PracticeModel:
         the batches they share, not every request queued behind it; and each is admitted, and
         its batches planned, seeing the ones admitted before it, so that no seat holds two at once.
         """
-        assert replica.seats is not None and isinstance(replica.lane, Loop)
+        assert replica.seats is not None
         planned = self.planned.setdefault(replica.index, {})
         mine = list(planned.values())
         was = {b.rid: (b.first_token_at, b.reply_end) for b in mine}
         waiting = [b for b in mine if b.prefill.ready_at >= now]  # not admitted by now
-        replica.lane.withdraw([b.prefill for b in waiting if isinstance(b.prefill, Turn)], now)
+        replica.lane.withdraw([b.prefill for b in waiting], now)
         self._free_seats(replica, mine, now)
         self._park(replica, waiting)
         moved = self._catch_up(replica, now, everyone=everyone)
@@ -476,7 +434,7 @@ class PracticeModel:
         parked, seats = self.parked.get(replica.index), replica.seats
         moved: dict[str, Booking] = {}
         by_seats = through is None and not everyone  # each only once a seat is free for it
-        while parked and seats is not None and isinstance(replica.lane, Loop):
+        while parked and seats is not None:
             b = next(iter(parked.values()))
             if by_seats and min(s.free_at for s in seats.seats) > now:
                 break  # no seat free yet: the reply's end (or hang-up) that frees one admits it
@@ -489,7 +447,7 @@ class PracticeModel:
         """Admit the parked `b` to the seat free first, and plan it as a newcomer is booked. It,
         and the bookings whose batches it joined (their first tokens, and seats, move)."""
         seats, lane = replica.seats, replica.lane
-        assert seats is not None and isinstance(lane, Loop) and isinstance(b.prefill, Turn)
+        assert seats is not None
         seat, at, _ = seats.admit(b.ready, b.keys)  # (maybe later: its overhead, the one before)
         at += b.restore_s  # the cache match it was booked with stays, and its copy's cost
         del self.parked[replica.index][b.rid]

@@ -39,7 +39,7 @@ from felab.mock_server.cache import PrefixCache
 from felab.mock_server.loop import Loop
 from felab.mock_server.routes_sglang import CacheAware
 from felab.mock_server.seats import Seats
-from felab.mock_server.timing import PrefillLane, TimingModel
+from felab.mock_server.timing import TimingModel
 
 ROUTES = ("random", "round-robin", "affinity", "prefix", "sglang-cache-aware")
 
@@ -114,7 +114,8 @@ class Replica:
 
     index: int
     cache: PrefixCache
-    lane: PrefillLane | Loop = field(default_factory=PrefillLane)
+    lane: Loop
+    """Its engine loop (loop.py): with the lesson's defaults, one whole prompt a step, by arrival."""
     stats: ReplicaStats = field(default_factory=ReplicaStats)
     active_tokens: int = 0
     """Prompt and reply tokens of the requests it serves now (kept by PracticeModel.book and
@@ -179,7 +180,9 @@ class Fleet:
         if route not in ROUTES:
             raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
         self.route, self.timing, self.weights = route, timing, weights
-        self.replicas = [Replica(i, PrefixCache(*cache)) for i in range(replicas)]
+        self.replicas = [
+            Replica(i, PrefixCache(*cache), Loop(None, timing, by_arrival=True)) for i in range(replicas)
+        ]
         self.rng = random.Random(f"route/{seed}")
         self.next_replica = itertools.count()
         self.routed = 0

@@ -1,4 +1,10 @@
-"""The engine loop of one replica (--batch-tokens): steps formed as llama-server forms them.
+"""The engine loop of one replica: steps formed as the modelled engine forms them.
+
+With the lesson's defaults (no --batch-tokens) a step is one whole prompt, by arrival, and
+replies decode beside the steps for free: the prefill lane, one prompt after another at the
+full rate. A hang-up stops that step where it is (`shorten`: it reads at its rate, with no
+steps inside it), so the time it did not use goes to the prompts behind it. With
+--batch-tokens, the steps are llama-server's (or vLLM's, or mlx_lm.server's: `POLICIES`):
 
 Each step (a forward pass), each stream writing its reply puts in one token; then llama-server
 walks its seats in order, each with prompt tokens still to read putting in as many as there is
@@ -9,11 +15,12 @@ prompts sent at once get first tokens at the ends of steps 2, 3, 4 and 6 (tokens
 8,192 and 10,400 of 10,400 in a row), and a prompt in a lower seat goes first, whenever it came
 (llama-server, measured: the first two of four sent at once, 548 and 549 ms).
 
-Steps formed by `now` are history: nothing joins or leaves a step under way, and what it
-computed stays (`formed_tokens`: exact). Later steps are a plan, made again from the first step
-a change can touch: a prompt comes, one hangs up (it leaves the next step), or one gets a seat
-(`withdraw` takes out those waiting for one, `rejoin` puts each back). So a first token can
-move later or earlier; the router reads `free_at`, the end of the plan.
+Steps formed by `now` are history: nothing joins or leaves a step under way (but the lesson's
+stops where it is), and what it computed stays (`formed_tokens`: exact). Later steps are a
+plan, made again from the first step a change can touch: a prompt comes, one hangs up (it
+leaves the next step), or one gets a seat (`withdraw` takes out those waiting for one, `rejoin`
+puts each back). So a first token can move later or earlier; the router reads `free_at`, the
+end of the plan.
 
 A reply's tokens follow the steps: a stream writes one token in each step it is in, at the
 step's end, so a step that also reads 2,048 tokens of another seat's prompt holds the reply
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import itertools
 import math
 from collections import deque
@@ -189,11 +197,12 @@ reply, 326 to 334 ms, alone 14 to 22: docs/runs/2026-12-06-mlx-time-budget.md)."
 class Loop:
     """The steps of one replica: formed from its turns by rank, each priced by the cost terms. The
     streams decoding take their tokens of the budget first (llama-server adds them to its batch
-    before any prompt token; vLLM schedules running requests first); prompts fill the rest."""
+    before any prompt token; vLLM schedules running requests first); prompts fill the rest.
+    `batch_tokens` None: the lesson's engine, one whole prompt a step, decode free."""
 
     def __init__(
         self,
-        batch_tokens: int,
+        batch_tokens: int | None,
         rates: terms.Rates,
         by_arrival: bool = False,
         prefill_first: bool = False,
@@ -232,15 +241,45 @@ class Loop:
         """A prompt of `new` tokens after `cached`, ready at `ready` with this `rank` (its seat; None,
         or by arrival: its arrival), replying `reply` tokens: the steps from `ready` are planned again."""
         self.forget(now)
-        turn = Turn(ready, self.alone_s(new, cached), math.inf, tokens=max(new, 1), cached=cached)
+        tokens = max(new, 1)  # (all of it cached: the engine still reads its last token)
+        turn = Turn(ready, self.alone_s(tokens, cached), math.inf, tokens=tokens, cached=cached)
         turn.rank = next(self.arrivals) if rank is None or self.by_arrival else rank
         turn.seat = None if rank is None or self.by_arrival else int(rank)
-        context = reply_context(cached + new, reply)  # its prompt, and half its reply on average
-        turn.reply, turn.gap = reply, self.price(Step(decodes=(context,)))
-        self.span = max(self.span, (reply - 1) * turn.gap)
+        turn.reply = reply
+        if self.batch_tokens is not None:  # its stream is in the steps planned: their gaps count
+            context = reply_context(cached + new, reply)  # its prompt, and half its reply on average
+            turn.gap = self.price(Step(decodes=(context,)))  # (alone, until `pace` says)
+            self.span = max(self.span, (reply - 1) * turn.gap)
         self.queue.append(turn)
-        self._plan(now, self._untouched(turn, max(ready - self._window(), now)), [turn])
+        since = max(ready - self._window(), now)
+        if self._goes_last(turn, since):
+            self._after_all(turn, now)
+        else:
+            self._plan(now, self._untouched(turn, since), [turn])
         return turn
+
+    def _goes_last(self, turn: Turn, since: float) -> bool:
+        """Whether a newcomer ready at `since` moves no step planned, on the lesson's engine (one
+        prompt a step, by arrival): it is ranked above every turn, and no step after `since` waits
+        after a gap (its prompt not ready) that it could fill. Then `_after_all` books it, what
+        `_plan` would do, without its walk (a replay's overloaded replica books 12,000 so, each
+        behind hours of queue)."""
+        if self.batch_tokens is not None or turn.rank <= self.highest:
+            return False
+        return not (self.open and self.open[-1].start > since)
+
+    def _after_all(self, turn: Turn, now: float) -> None:
+        """The lesson's engine, a newcomer that moves no step planned: its own step, after the
+        last one, once it is ready; on an idle engine, from when it was ready, even if it was
+        booked later (its body came slowly: the overhead is the parse)."""
+        clock = max(turn.ready_at, self.free_at)
+        step = EngineStep(clock, clock + turn.seconds, [(turn, turn.tokens)], turn.tokens, run=clock)
+        turn.read, turn.start, turn.last = turn.tokens, clock, step  # (`_commit`, of one prompt read
+        self.replanned, self.highest = {id(turn): turn}, turn.rank  # whole, with no stream in it)
+        if not self.steps or clock > self.steps[-1].end:  # after a gap: `open` (as `_keep`)
+            self.open.append(step)
+        self.steps.append(step)
+        self.free_at = step.end
 
     def pace(self, turn: Turn, gap: float, growth: float = 0.0) -> None:
         """Its reply's tokens come `gap` apart on average between the steps it is in, each gap
@@ -250,14 +289,15 @@ class Loop:
         self.span = max(self.span, turn.reply_end - turn.end)
 
     def alone_s(self, tokens: int, cached: int = 0) -> float:
-        """Seconds `tokens` new tokens after `cached` take alone, in one piece."""
-        return terms.prompt_price(self.price, tokens, cached)
+        """Seconds `tokens` new tokens after `cached` take alone, in one piece (`terms.prompt_price`
+        with no step size, asked once a request and again by every hang-up's bisection)."""
+        return self.price(Step((Piece(tokens, cached, opens=True, cached=cached),)))
 
     def forget(self, now: float) -> None:
         """Drop what nothing can move any more: turns whose first token came, steps none needs."""
         while self.queue and self.queue[0].end <= now:
             self.queue.popleft()
-        while self.steps and all(t.end <= now for t, _ in self.steps[0].parts):
+        while self.steps and self.steps[0].end <= now and all(t.end <= now for t, _ in self.steps[0].parts):
             step = self.steps.popleft()
             self.before = step.end, step.run
             if self.open and self.open[0] is step:
@@ -271,12 +311,20 @@ class Loop:
         if not isinstance(turn, Turn) or turn.reply_end <= now:
             return False
         turn.reply = turn.tokens_due(now)
-        return True
+        return self.batch_tokens is not None  # (the lesson's replies are in no step)
 
     def formed_tokens(self, turn: Turn, now: float) -> int:
         """How many of its tokens are in steps formed by `now` (computed, whatever happens)."""
+        if self.batch_tokens is None and turn.start < now < turn.end:  # the lesson's step, under way
+            return self.read_by(turn, now - turn.start)
         planned = itertools.takewhile(lambda s: s.start >= now, reversed(self.steps))
         return turn.read - sum(k for s in planned for t, k in s.parts if t is turn)
+
+    def read_by(self, turn: Turn, seconds: float) -> int:
+        """How many of its tokens its step has read `seconds` after it began (the lesson's engine
+        reads a prompt at its rate, with no steps inside it: a hang-up stops it where it is)."""
+        alone = functools.partial(self.alone_s, cached=turn.cached)
+        return max(bisect.bisect_right(range(turn.tokens + 1), seconds + 1e-9, key=alone) - 1, 0)
 
     def shorten(self, turn: Prefill, now: float, keep_s: float = 0.0) -> bool:
         """Keep the tokens `turn` has in steps formed by `now` (a step under way is computed whole),
@@ -291,9 +339,17 @@ class Loop:
             )
         if keep >= turn.tokens:
             return False
+        if self.batch_tokens is None and turn.last is not None and turn.start < now:
+            self._cut(turn.last, turn, keep, now)
         turn.tokens, turn.dropped = keep, not keep
         turn.seconds = self.alone_s(keep, turn.cached) if keep else 0.0
         return True
+
+    def _cut(self, step: EngineStep, turn: Turn, keep: int, now: float) -> None:
+        """The lesson's step under way, of `turn` alone, stops at `now` (or once it has read the
+        `keep` tokens later prompts need): as the lane gave back the time it had not used."""
+        step.parts, turn.read = [(turn, keep)], keep
+        step.end = max(now, step.start + self.alone_s(keep, turn.cached))
 
     def reflow(self, now: float) -> list[Turn]:
         """Plan again from `now` (after hang-ups). The turns whose start, first token or reply's
@@ -521,7 +577,7 @@ class Loop:
         A turn whose last token it holds starts writing its reply: it joins `running`."""
         if self.showing and not (self.steps and self.steps[-1].end == clock):  # a gap: shown, decoding
             self._show(running)
-        decoding = _decoding(running, clock)  # their tokens take their room first
+        decoding = _decoding(running, clock) if self.batch_tokens is not None else []  # first
         parts, budget = self._take(ready, len(decoding))
         batch = Step(self._pieces(parts), *_streams(decoding))
         return self._commit(clock, batch, parts, budget, decoding, running)
@@ -533,7 +589,7 @@ class Loop:
         before that have tokens left (back to back, no token comes between them) and as many of
         its tokens as fit. The last of them. (A replay's overloaded replica forms some 70,000 an
         hour of a prompt's piece and three streams.)"""
-        if self.prefill_first or len(step.parts) != 1:
+        if self.prefill_first or len(step.parts) != 1 or self.batch_tokens is None:
             return step
         turn = step.parts[0][0]
         until = min((t.ready_at for t in turns if t is not turn), default=math.inf)
@@ -581,14 +637,15 @@ class Loop:
         if self.prefill_first:
             step.waiting = tuple((t, t.waits) for t in self.showing)
         if self.by_arrival:
-            self.highest = max([self.highest, *(t.rank for t, _ in step.parts)])
+            for t, _ in step.parts:
+                self.highest = max(self.highest, t.rank)
             if not self._full(step) or not self.steps or step.start > self.steps[-1].end:
                 self.open.append(step)
         self.steps.append(step)
 
     def _decode(self, step: EngineStep, decoding: list[tuple[Turn, int]]) -> None:
         """Each stream in `step` writes its reply token (its index given) at the step's end."""
-        step.decoders = tuple(t for t, _ in decoding)
+        step.decoders = tuple([t for t, _ in decoding])
         for t, index in decoding:
             t.marks.append((index, step.end))
             self.replanned.setdefault(id(t), t)  # its reply moved: its seat must follow (booking.py)
@@ -597,6 +654,8 @@ class Loop:
         """With prefill first: the first tokens waiting wait for `step` too; those for which it is
         the last (MLX_SHOW_AFTER after their last piece) come at its end, and their streams decode
         in the steps after it."""
+        if not self.showing:  # (most steps: nothing waits)
+            return
         for t in self.showing:
             t.shown, t.waits = step, t.waits - 1
         if any(not t.waits for t in self.showing):
@@ -609,6 +668,8 @@ class Loop:
         first): each prompt waiting puts in up to `batch_tokens` of its own (mlx_lm's
         --prefill-step-size, 2,048), MLX_PROMPTS of them at most (its --prompt-concurrency)."""
         parts: list[tuple[Turn, int]] = []
+        if self.batch_tokens is None:  # the lesson's engine: one prompt a step, the whole of it
+            return [(ready[0], ready[0].tokens - ready[0].read)], ready[0].tokens - ready[0].read
         if self.prefill_first:
             parts = [(t, min(self.batch_tokens, t.tokens - t.read)) for t in ready[:MLX_PROMPTS]]
             return parts, self.batch_tokens * MLX_PROMPTS
@@ -640,7 +701,8 @@ class Loop:
         its reply, a stream in the steps after; with prefill first, MLX_SHOW_AFTER steps later
         (`_wait`), or at a gap before that (`_show`)."""
         turn.last = step
-        self.streams[id(turn)] = turn
+        if self.batch_tokens is not None:  # (the lesson's replies are in no step: no stream to find)
+            self.streams[id(turn)] = turn
         if self.prefill_first:
             turn.waits = MLX_SHOW_AFTER
             self.showing.append(turn)

@@ -16,20 +16,23 @@ Defaults (the lesson's, in config.py): 15 ms overhead, prefill at 2,500 tokens/s
 15 + 50/2.5 ≈ 35 ms. `streams` is the number of requests decoding on the replica when a
 request's first token comes (itself included), fixed when it is booked.
 
-How concurrent requests share the server. Like one GPU, each replica has one prefill lane:
-prompts are prefilled one after another, in arrival order, each at the full rate (a FIFO
-queue, `PrefillLane`). Decoding is batched, as in vLLM or llama.cpp with several slots: every
-stream decodes at once, so the queue for prefill, and for a seat where seats are limited
-(seats.py), is what makes a busy server's TTFT grow. With `--batch-tokens B` (llama.cpp's -b)
-the lane is an engine loop instead, forming llama-server's steps (`Loop`, loop.py).
+How concurrent requests share the server. Each replica runs an engine loop (`Loop`,
+loop.py): steps formed from its requests, each priced by the terms. With the lesson's
+defaults a step is one whole prompt, so, like one GPU, a replica has one prefill lane:
+prompts are prefilled one after another, in arrival order, each at the full rate. Decoding is
+batched, as in vLLM or llama.cpp with several slots: every stream decodes at once, beside the
+steps, so the queue for prefill, and for a seat where seats are limited (seats.py), is what
+makes a busy server's TTFT grow. With `--batch-tokens B` (llama.cpp's -b) the steps are
+llama-server's: pieces of up to B prompt tokens, and decode tokens sharing them.
 
-The lane is a queue of bookings with known times, not a lock: a request's first-token time is
+The lane is a plan of steps with known times, not a lock: a request's first-token time is
 known when it arrives, so the server sleeps until exact deadlines and the prediction is what
-the client sees. When a client hangs up, its booking gives back the time it had not used, and
-the prefills queued behind it move up (`PrefillLane.cancel`), as a real engine aborts the
-request. Only the part of its work that prompts booked after it count on is kept (they found
-its blocks in the cache: see `PracticeModel.cancel` in booking.py). How many tokens a prefill
-cut short computed is the registry's time turned back into tokens, the same way for every term
+the client sees. When a client hangs up, the lesson's step under way stops where it is, its
+time not used is given back, and the prompts queued behind it move up (`Loop.shorten`, then
+`Loop.reflow`), as a real engine aborts the request. Only the part of its work that prompts
+booked after it count on is kept (they found its blocks in the cache: see
+`PracticeModel.cancel` in booking.py). How many tokens a prefill cut short computed is the
+registry's time turned back into tokens, the same way for every term
 (`TimingModel.computed_tokens`). Nothing here reads a clock: every method is told the time, so
 the same code runs live (the event loop's clock) and in a replay (a virtual clock).
 """
@@ -38,7 +41,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -141,83 +143,3 @@ class Prefill:
     def end(self) -> float:
         """When its prefill is done: the time of its first token."""
         return self.start + self.seconds
-
-    @property
-    def done(self) -> float:
-        """When its work in the lane ends and the next prompt's may start (its `end`, unbatched)."""
-        return self.start + self.seconds
-
-
-class PrefillLane:
-    """One prefill at a time, first come first served."""
-
-    def __init__(self) -> None:
-        self.queue: deque[Prefill] = deque()
-        """Booked prefills not known to be over yet, in order."""
-        self.free_at = 0.0
-
-    def quote(self, ready_at: float, seconds: float) -> Prefill:
-        """The turn this prompt would get if booked now; books nothing (a router's question)."""
-        return Prefill(ready_at, seconds, max(ready_at, self.free_at))
-
-    def book(self, ready_at: float, seconds: float, now: float) -> Prefill:
-        """Book the lane for one prompt, behind every prompt booked before it."""
-        self.forget(now)
-        turn = self.quote(ready_at, seconds)
-        self.queue.append(turn)
-        self.free_at = turn.end
-        return turn
-
-    def forget(self, now: float) -> None:
-        """Drop the prefills over by `now` from the front: nothing can move them any more."""
-        while self.queue and self.queue[0].end <= now:
-            self.queue.popleft()
-
-    def cancel(self, turn: Prefill, now: float, keep_s: float = 0.0) -> list[Prefill]:
-        """The client hung up at `now`: keep the lane time `turn` used (and `keep_s` of it, if
-        later prompts need that much of its work), give back the rest.
-
-        Returns the prefills that moved up (their `start` changed), so their waiters can be woken.
-        """
-        return self.reflow(now) if self.shorten(turn, now, keep_s) else []
-
-    def shorten(self, turn: Prefill, now: float, keep_s: float = 0.0) -> bool:
-        """Cut `turn` to the time it used by `now` or `keep_s`, whichever is longer (never longer
-        than it was); one that never started and keeps nothing leaves the lane. Moves no other
-        turn (`reflow` does, once, after any number of these). True if it gave time back."""
-        if turn.dropped or turn.start + turn.seconds <= now:
-            return False  # already prefilled: the lane time was spent
-        kept = min(turn.seconds, max(now - turn.start, keep_s, 0.0))
-        if kept >= turn.seconds:
-            return False  # every second of it is still needed
-        turn.seconds = kept
-        turn.dropped = kept == 0 and turn.start > now  # still waiting, and nobody needs its work
-        return True
-
-    def reflow(
-        self,
-        now: float,
-        before: Callable[[Prefill], None] | None = None,
-        after: Callable[[Prefill], None] | None = None,
-    ) -> list[Prefill]:
-        """Place again, in order, every prefill not started by `now`: `before(turn)` may move its
-        `ready_at` earlier (a seat freed up: seats.py), then it starts as soon as it is ready and
-        the prefill before it is done (never before `now`); `after(turn)` sees its new times.
-        Turns dropped by `shorten` leave the lane. The turns that moved."""
-        self.queue = deque(turn for turn in self.queue if not turn.dropped)
-        moved, base = [], now
-        for turn in self.queue:
-            if turn.start <= now:  # started: its start is history
-                base = max(base, turn.end)
-                continue
-            if before:
-                before(turn)
-            start = max(turn.ready_at, base)
-            if start != turn.start:
-                turn.start = start
-                moved.append(turn)
-            base = turn.end
-            if after:
-                after(turn)
-        self.free_at = self.queue[-1].end if self.queue else min(self.free_at, now)
-        return moved
