@@ -167,3 +167,15 @@ def test_a_sweep_reads_the_trace_once_per_process(tmp_path: Path, monkeypatch: p
     list(trace.requests(path, remember=True))
     list(trace.requests(path, remember=True))
     assert len(opened) == 5
+
+
+@pytest.mark.parametrize("ids", ["[1.5]", '["7"]', "[true]", "[1, false]", "[null]", "[[1]]", '{"a": 1}'])
+def test_hash_ids_that_are_not_whole_numbers_are_named(ids: str) -> None:
+    text = GOOD.replace("[1]", ids).encode()
+    with pytest.raises(FelabError, match="line 2: `hash_ids` must be a list of whole numbers"):
+        trace.parse(Path("t.jsonl"), 2, text, 0.0, 1)
+
+
+def test_an_id_of_1_is_not_taken_for_true_nor_a_session_named_true_for_an_id() -> None:
+    text = GOOD.replace('"hash_ids": [1]', '"hash_ids": [1, 0], "session_id": "true"').encode()
+    assert list(trace.parse(Path("t.jsonl"), 2, text, 0.0, 1).hash_ids) == [1, 0]
