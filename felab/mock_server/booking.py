@@ -21,7 +21,7 @@ As live, a request finds the blocks of every prompt booked before it on its
 replica, even one still prefilling: the lane is first come first served, so by
 the time this prompt is read, every earlier one has been.
 
-One exception to "the prediction is known at booking": with seats and batches, a
+One exception to "the prediction is known at booking": with seats, a
 hang-up parks the requests still waiting for a seat (their first token unknown)
 and admits each when a seat is free for it, so that a hang-up costs what it
 changes, not a plan of every queued request (`_readmit`); `on_moved` tells the
@@ -106,9 +106,9 @@ class Booking:
         return min(self.reply_tokens, self.prefill.tokens_due(now))
 
     def token_at(self, i: int) -> float:
-        """When reply token i (0-based) is due: `interval_s` apart, or with batches (--batch-tokens),
-        at the ends of the steps its stream is in, and between them each its gap after the one
-        before, `interval_s` on average (loop.py, `Turn.gaps`)."""
+        """When reply token i (0-based) is due: each its gap after the one before, `interval_s` on
+        average (loop.py, `Turn.gaps`); with steps (--batch-tokens), at the end of each step its
+        stream is in."""
         return self.prefill.token_at(i)
 
     @property
@@ -169,7 +169,7 @@ class PracticeModel:
         """Bookings whose client hung up during their prefill and whose lane time live prompts
         may still need (`cancel`); dropped once their kept prefill is over."""
         self.parked: dict[int, dict[str, Booking]] = {}
-        """Per replica (with seats and batches): live bookings waiting for a seat whose times are
+        """Per replica (with seats): live bookings waiting for a seat whose times are
         not planned, in booking order (`_readmit`); each is admitted when a seat is free for it."""
         self.planned: dict[int, dict[str, Booking]] = {}
         """Per replica: the live bookings not parked, in booking order."""
@@ -206,7 +206,7 @@ class PracticeModel:
             self.finders[replica.index] = self.finders.get(replica.index, 0) + 1
         if replica.seats is not None and seat is not None:
             replica.seats.hold(seat, admission, b.reply_end, prompt.keys, b)
-            self._seat_batched(b, now)
+            self._follow_plan(b, now)
         replica.hold(prompt.tokens + reply_tokens, arrival)
         replica.stats.admit(prompt.tokens, cached)
         return b
@@ -259,9 +259,9 @@ class PracticeModel:
             return replica.cache.uncached_tokens(prompt.tokens, prompt.keys, now)
         return max(prompt.tokens - reused * replica.cache.block_tokens, min(prompt.tokens, 1))
 
-    def _seat_batched(self, b: Booking, now: float) -> None:
-        """A seated booking whose prompt joined the batches: they were planned again, so replies
-        may end later; the seats follow (or, where a later request now holds a seat one needs,
+    def _follow_plan(self, b: Booking, now: float) -> None:
+        """A seated booking whose prompt joined the engine's steps: they were planned again, so
+        replies may end later; the seats follow (or, where a later request now holds a seat one needs,
         the waiting requests are admitted again)."""
         replica, prefill = b.replica, b.prefill
         prefill.holder = b
@@ -379,7 +379,7 @@ class PracticeModel:
             del self.hung_up[rid]
 
     def _readmit(self, replica: Replica, now: float, everyone: bool = False) -> list[Booking]:
-        """With seats and batches: admit again, first come first served, the requests waiting for
+        """With seats: admit again, first come first served, the requests waiting for
         a seat on `replica` (a hang-up freed one, or gave lane time back), as far as a seat is free
         for them by `now`; park the rest. The bookings whose first token may have moved.
 

@@ -302,6 +302,8 @@ class Loop:
             self.before = step.end, step.run
             if self.open and self.open[0] is step:
                 self.open.popleft()
+        if not self.streams:  # (the lesson's engine keeps none)
+            return
         for t in list(itertools.takewhile(lambda t: t.end < now - self.span, self.streams.values())):
             del self.streams[id(t)]  # replies over (the streams are in order of first token)
 
