@@ -202,13 +202,18 @@ class Watched:
             if time.monotonic() - alone_since >= LOST_S:
                 raise self.lost(f"no worker has been left for {LOST_S:g} s")
 
+    def done(self) -> bool:
+        """Whether its configuration has finished (parallel.collect asks, to say so as it happens)."""
+        return bool(self.future.done())
+
     def gone(self) -> list[str]:
         """The addresses of the workers seen in this sweep that the cluster no longer has."""
         return sorted(set(self.seen) - set(workers(self.client)))
 
     def lost(self, why: str) -> FelabError:
         gone = self.gone()
-        names = ", ".join(self.seen[a] if self.seen[a] == a else f"{self.seen[a]} ({a})" for a in gone)
+        named = (self.seen[a] if self.seen[a] == a else f"{self.seen[a]} ({a})" for a in gone)
+        names = ", ".join(sorted(named))  # by name: worker-a before worker-b, whatever their ports
         return FelabError(
             f"The Dask cluster at {self.address} lost its workers: {names or 'none named'} ({why}). "
             f"The rows finished so far are recorded. Start workers again on each machine, in the "
