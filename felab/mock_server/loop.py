@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import functools
 import itertools
 import math
 from collections import deque
@@ -43,7 +42,7 @@ from dataclasses import dataclass
 
 from felab.mock_server import terms
 from felab.mock_server.step import Piece, Step, reply_context
-from felab.mock_server.timing import Prefill
+from felab.mock_server.timing import Prefill, TimingModel
 
 
 @dataclass(eq=False, slots=True)
@@ -203,7 +202,7 @@ class Loop:
     def __init__(
         self,
         batch_tokens: int | None,
-        rates: terms.Rates,
+        rates: TimingModel,
         by_arrival: bool = False,
         prefill_first: bool = False,
         parse_s: float = 0.0,
@@ -317,16 +316,10 @@ class Loop:
 
     def formed_tokens(self, turn: Turn, now: float) -> int:
         """How many of its tokens are in steps formed by `now` (computed, whatever happens)."""
-        if self.batch_tokens is None and turn.start < now < turn.end:  # the lesson's step, under way
-            return self.read_by(turn, now - turn.start)
-        planned = itertools.takewhile(lambda s: s.start >= now, reversed(self.steps))
+        if self.batch_tokens is None and turn.start < now < turn.end:  # the lesson's step, under way:
+            return self.rates.computed_tokens(now - turn.start, turn.tokens, turn.cached)  # its rate,
+        planned = itertools.takewhile(lambda s: s.start >= now, reversed(self.steps))  # no steps in it
         return turn.read - sum(k for s in planned for t, k in s.parts if t is turn)
-
-    def read_by(self, turn: Turn, seconds: float) -> int:
-        """How many of its tokens its step has read `seconds` after it began (the lesson's engine
-        reads a prompt at its rate, with no steps inside it: a hang-up stops it where it is)."""
-        alone = functools.partial(self.alone_s, cached=turn.cached)
-        return max(bisect.bisect_right(range(turn.tokens + 1), seconds + 1e-9, key=alone) - 1, 0)
 
     def shorten(self, turn: Prefill, now: float, keep_s: float = 0.0) -> bool:
         """Keep the tokens `turn` has in steps formed by `now` (a step under way is computed whole),
