@@ -171,3 +171,21 @@ def test_all_workers_killed_names_the_lost_workers(tmp_path: Path, monkeypatch: 
     assert "lost its workers: worker-a" in message and "worker-b" in message, message
     assert "version" not in message
     assert time.monotonic() - t0 < 30
+
+
+def test_a_watched_cluster_future_answers_what_the_sweep_asks() -> None:
+    # parallel.collect asks each future done() while it waits, then result(): a cluster's futures
+    # are wrapped in scheduler.Watched, which must answer both (it lacked done() from 2026-12-02
+    # to 2026-12-07, and every sweep on a cluster stopped at once; only make test-load showed it).
+    # concurrent.futures' Future stands in for Dask's: the same two methods.
+    from concurrent.futures import Future
+
+    ready, later = Future(), Future()
+    ready.set_result("row 1")
+    watched = [scheduler.Watched(f, None, "tcp://127.0.0.1:8786", {}) for f in (ready, later)]
+    assert watched[0].done() and not watched[1].done()
+    later.set_result("row 2")
+    said: list[str] = []
+    configs = [DEFAULTS, DEFAULTS]
+    assert list(parallel.collect(watched, configs, lambda event, s: said.append(event))) == ["row 1", "row 2"]
+    assert said == ["done", "done"]
