@@ -65,8 +65,6 @@ class Booking:
     reply_tokens: int
     arrival: float
     prefill: Turn
-    interval_s: float
-    """Seconds between two reply tokens."""
     keys: Sequence[int] = ()
     """The prompt's block keys; the first `found_blocks` were in the cache when it was booked."""
     seat: Seat | None = None
@@ -81,6 +79,11 @@ class Booking:
         """Whether its reply's tokens follow the engine's steps (--batch-tokens: loop.py), so
         that a prompt that comes, or one that hangs up, may move them."""
         return self.replica.lane.batch_tokens is not None
+
+    @property
+    def interval_s(self) -> float:
+        """Seconds between two reply tokens, on average: its turn's booked gap (`_pace`)."""
+        return self.prefill.gap
 
     @property
     def found_blocks(self) -> int:
@@ -196,9 +199,9 @@ class PracticeModel:
         prefill = replica.lane.book(admission, now, uncached, cached, rank, reply_tokens)
         if self.settings.cache_mode == "blocks":  # (batched, prefill.end may move later, by less than
             replica.cache.insert(prompt.keys, used_at=prefill.end)  # a batch: the TTL starts that early)
-        interval = self._pace(replica, prefill, reply_context(prompt.tokens, reply_tokens))
+        self._pace(replica, prefill, reply_context(prompt.tokens, reply_tokens))
         rid, tokens = f"{next(self.ids)}", prompt.tokens
-        b = Booking(rid, replica, tokens, cached, reply_tokens, arrival, prefill, interval, prompt.keys)
+        b = Booking(rid, replica, tokens, cached, reply_tokens, arrival, prefill, prompt.keys)
         b.seat, b.ready, b.restore_s = seat, ready, restore_s
         self.live[b.rid] = b
         self.planned.setdefault(replica.index, {})[b.rid] = b
@@ -211,16 +214,15 @@ class PracticeModel:
         replica.stats.admit(prompt.tokens, cached)
         return b
 
-    def _pace(self, replica: Replica, prefill: Turn, context: int) -> float:
-        """Seconds between a reply's tokens: a decode step of the streams decoding on `replica` when
-        its first token comes, each at the reply's mean `context` (prompt and half the reply:
-        step.reply_context). With steps (loop.py), its gaps between them, each one token of
-        context longer than the last."""
+    def _pace(self, replica: Replica, prefill: Turn, context: int) -> None:
+        """Its reply's mean gap between tokens (its turn's `gap`, `Booking.interval_s`): a decode
+        step of the streams decoding on `replica` when its first token comes, each at the reply's
+        mean `context` (prompt and half the reply: step.reply_context); each gap one token of
+        context longer than the last (`Turn.gaps`)."""
         streams = self.streams(replica, prefill.end)
         interval = self.timing.token_interval_s(streams, context)
         growth = self.timing.token_interval_s(streams, context + 1) - interval  # (one more to attend)
         replica.lane.pace(prefill, interval, growth)
-        return interval
 
     def _plan_parked(self, now: float) -> None:
         """Plan every request parked for a seat: one booked now comes after each of them, so they

@@ -273,11 +273,9 @@ class Loop:
         booked later (its body came slowly: the overhead is the parse)."""
         clock = max(turn.ready_at, self.free_at)
         step = EngineStep(clock, clock + turn.seconds, [(turn, turn.tokens)], turn.tokens, run=clock)
-        turn.read, turn.start, turn.last = turn.tokens, clock, step  # (`_commit`, of one prompt read
-        self.replanned, self.highest = {id(turn): turn}, turn.rank  # whole, with no stream in it)
-        if not self.steps or clock > self.steps[-1].end:  # after a gap: `open` (as `_keep`)
-            self.open.append(step)
-        self.steps.append(step)
+        turn.read, turn.start, turn.last = turn.tokens, clock, step  # (`_commit` and `_read`, of one
+        self.replanned = {id(turn): turn}  # prompt read whole, with no stream in it)
+        self._keep(step)
         self.free_at = step.end
 
     def pace(self, turn: Turn, gap: float, growth: float = 0.0) -> None:
@@ -306,26 +304,27 @@ class Loop:
         for t in list(itertools.takewhile(lambda t: t.end < now - self.span, self.streams.values())):
             del self.streams[id(t)]  # replies over (the streams are in order of first token)
 
-    def stop(self, turn: Prefill, now: float) -> bool:
+    def stop(self, turn: Turn, now: float) -> bool:
         """Its client hung up at `now`: its stream writes no more reply tokens (it leaves the next
         step). True if it was to write some in steps still to come (plan again: `reflow`)."""
-        if not isinstance(turn, Turn) or turn.reply_end <= now:
+        if turn.reply_end <= now:
             return False
         turn.reply = turn.tokens_due(now)
         return self.batch_tokens is not None  # (the lesson's replies are in no step)
 
     def formed_tokens(self, turn: Turn, now: float) -> int:
         """How many of its tokens are in steps formed by `now` (computed, whatever happens)."""
-        if self.batch_tokens is None and turn.start < now < turn.end:  # the lesson's step, under way:
-            return self.rates.computed_tokens(now - turn.start, turn.tokens, turn.cached)  # its rate,
-        planned = itertools.takewhile(lambda s: s.start >= now, reversed(self.steps))  # no steps in it
+        if self.batch_tokens is None and turn.start < now < turn.end:
+            # the lesson's step under way: read at its rate, with no steps inside it
+            return self.rates.computed_tokens(now - turn.start, turn.tokens, turn.cached)
+        planned = itertools.takewhile(lambda s: s.start >= now, reversed(self.steps))
         return turn.read - sum(k for s in planned for t, k in s.parts if t is turn)
 
-    def shorten(self, turn: Prefill, now: float, keep_s: float = 0.0) -> bool:
+    def shorten(self, turn: Turn, now: float, keep_s: float = 0.0) -> bool:
         """Keep the tokens `turn` has in steps formed by `now` (a step under way is computed whole),
         or the fewest whose time alone is `keep_s` (later prompts found them cached), whichever are
         more; it leaves the steps to come (`reflow`). True if it gave tokens back."""
-        if not isinstance(turn, Turn) or turn.dropped or turn.end <= now:
+        if turn.dropped or turn.end <= now:
             return False
         keep = self.formed_tokens(turn, now)
         if self.alone_s(keep, turn.cached) < keep_s:  # the fewest whose time alone is keep_s
