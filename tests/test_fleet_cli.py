@@ -60,6 +60,17 @@ def test_unknown_policy_is_one_message() -> None:
     assert "no policy `fastest`" in text and "cache_aware" in text
 
 
+def test_a_server_that_exits_at_start_shows_its_own_error(isolated: Path, tmp_path: Path) -> None:
+    """A profile that is not one (PROFILE= the wrong file): the fleet's server refuses it at start,
+    and the fleet prints the server's own words from its log, not a pointer to nothing."""
+    bad = tmp_path / "notes.toml"
+    bad.write_text("my numbers ] day 2\n")
+    port = str(free_range(1))
+    text = one_message(run_fleet("-n", "2", "--router", "none", "--profile", str(bad), "--port", port))
+    assert "exited at start" in text and "is not valid TOML" in text, text
+    assert "printed above" not in text and str(isolated / "fleet-server.log") in text
+
+
 def test_a_taken_port_in_the_range_is_one_message_and_starts_nothing(isolated: Path) -> None:
     base = free_range(6)
     with socket.socket() as held:

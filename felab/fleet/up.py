@@ -153,10 +153,18 @@ def router_ready(p: Plan, root: str, model: str) -> bool:
         return False
 
 
-def log_tail(path: Path, lines: int = 8) -> str:
-    with contextlib.suppress(OSError):
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    return ""
+def log_of(role: str) -> Path:
+    """Where a fleet process's output goes: results/fleet-router.log, fleet-server.log (the kit's
+    fleet in one process), fleet-worker-1.log, ... (quiet while it serves: warnings only)."""
+    return results_dir() / f"fleet-{role.replace(' ', '-')}.log"
+
+
+def fresh_log(role: str) -> Path:
+    """`log_of(role)`, emptied for this start (what a failed start prints is this start's)."""
+    log = log_of(role)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    return log
 
 
 def worker_command(p: Plan, port: int, replicas: int = 1) -> list[str]:
@@ -175,23 +183,23 @@ def start_fleet(p: Plan, timeout_s: float = 30.0) -> Fleet:
     fleet = Fleet(url=f"http://127.0.0.1:{p.port}/v1")
     try:
         if p.router is None:
-            started, proc = start("server", worker_command(p, p.port, p.n), fleet.url)
+            started, proc = start("server", worker_command(p, p.port, p.n), fleet.url, fresh_log("server"))
             fleet.processes.append(started)
             fleet.popens.append(proc)
         else:
             binary = p.router.installed()  # before any worker starts
             for i in range(1, p.n + 1):
                 url = f"http://127.0.0.1:{p.port + i}"
-                started, proc = start(f"worker {i}", worker_command(p, p.port + i), url)
+                log = fresh_log(f"worker-{i}")
+                started, proc = start(f"worker {i}", worker_command(p, p.port + i), url, log)
                 fleet.processes.append(started)
                 fleet.popens.append(proc)
         for started, proc in zip(fleet.processes, fleet.popens, strict=True):
-            launch.wait_until_serving(started.url.removesuffix("/v1") + "/v1", proc, timeout_s)
+            url = started.url.removesuffix("/v1") + "/v1"
+            launch.wait_until_serving(url, proc, timeout_s, log_of(started.role))
         if p.router is not None:
             workers = [s.url for s in fleet.processes]
-            log = results_dir() / "fleet-router.log"
-            log.parent.mkdir(parents=True, exist_ok=True)
-            log.write_text("")
+            log = fresh_log("router")
             command = p.router.command(p.port, p.port + p.n + 1, workers, p.policy)
             started, proc = start("router", command, fleet.url, log)
             fleet.processes.insert(0, started)
@@ -201,7 +209,7 @@ def start_fleet(p: Plan, timeout_s: float = 30.0) -> Fleet:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     why = "exited" if proc.poll() is not None else f"was not ready within {timeout_s:.0f} s"
                     raise FelabError(
-                        f"{binary.name} {why}; the end of its log ({log}):\n{log_tail(log)}\n"
+                        f"{binary.name} {why}; the end of its log ({log}):\n{launch.log_tail(log)}\n"
                         f"Run `{from_here('make fleet-stop')}`, then try again; if it fails the same way, "
                         f"`{from_here(f'make fleet N={p.n} ROUTER=none')}` needs no router."
                     )

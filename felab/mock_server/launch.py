@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import openai
 
@@ -48,15 +49,26 @@ def server_flags(proc: subprocess.Popen) -> list[str]:
     return args[args.index("felab.mock_server") + 1 :] if "felab.mock_server" in args else []
 
 
-def wait_until_serving(base_url: str, proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
-    """Poll `GET /v1/models` until the server answers, or fail with what it printed."""
+def log_tail(path: Path, lines: int = 8) -> str:
+    """The last `lines` lines of a process's log ("" if it cannot be read)."""
+    with contextlib.suppress(OSError):
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    return ""
+
+
+def wait_until_serving(
+    base_url: str, proc: subprocess.Popen, timeout_s: float = 30.0, log: Path | None = None
+) -> None:
+    """Poll `GET /v1/models` until the server answers, or fail with what it printed: on the
+    terminal (its stderr is this process's), or the end of `log`, where its output went."""
     api = openai.OpenAI(base_url=base_url, api_key="not-needed", max_retries=0, timeout=2.0)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            said = "is printed above. " if log is None else f"ends its log ({log}):\n{log_tail(log)}\n"
             raise FelabError(
-                f"the practice server exited at start (status {proc.returncode}); its own error is "
-                f"printed above. Run it by hand, with the same flags, to see it again: "
+                f"the practice server exited at start (status {proc.returncode}); its own error {said}"
+                f"Run it by hand, with the same flags, to see it again: "
                 f"`{from_here('.venv/bin/python')} -m felab.mock_server {shlex.join(server_flags(proc))}`."
             )
         try:
