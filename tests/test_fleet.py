@@ -73,7 +73,7 @@ def test_prefix_cost_is_dynamos_prefill_blocks_plus_the_blocks_being_served() ->
     prompt = OPENING + tokenize("question " * 10)  # 923 + 23 = 946 tokens
     f.replicas[1].active_tokens = 1_000
     # replica 1: (946 - 896 + 1,000) / 64 = 16.4 blocks; replica 3: 946 / 64 = 14.8: the idle one wins
-    assert f.cost(f.replicas[1], 946 - 896, 0.015) == pytest.approx((946 - 896 + 1000) / 64)
+    assert f.costs([f.replicas[1]], [946 - 896], 0.015)[0] == pytest.approx((946 - 896 + 1000) / 64)
     assert pick(f, prompt, None, 0.0).index == 3
     f.replicas[1].active_tokens = 700  # (50 + 700) / 64 = 11.7 < 14.8: the cache is worth the load
     assert pick(f, prompt, None, 0.0).index == 1

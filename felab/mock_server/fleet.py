@@ -128,16 +128,12 @@ class Replica:
     held_at: float | None = None
 
     def hold(self, tokens: int, at: float) -> None:
-        """`tokens` more (fewer, if negative) in flight from `at` on (a request booked, a reply over)."""
-        self.token_s = self.work(at)
+        """`tokens` more (fewer, if negative) in flight from `at` on (a request booked, a reply over):
+        the work held so far is added up to `at` first (`Fleet.works`)."""
+        if self.held_at is not None:
+            self.token_s += self.active_tokens * max(0.0, at - self.held_at)
         self.held_at = at if self.held_at is None else max(self.held_at, at)
         self.active_tokens += tokens
-
-    def work(self, now: float) -> float:
-        """Its in-flight token-seconds up to `now`."""
-        if self.held_at is None:
-            return 0.0
-        return self.token_s + self.active_tokens * max(0.0, now - self.held_at)
 
 
 def rendezvous(session: str, n: int) -> int:
@@ -157,7 +153,7 @@ class Weights:
     temperature: float = 0.0
     cache_threshold: float = 0.3
     balance: float = 1.2
-    """A replica whose long-run work (`Replica.work`) is over this times the mean is not a candidate
+    """A replica whose long-run work (`Fleet.works`) is over this times the mean is not a candidate
     (chosen on four traces of different shapes: docs/fleet.md, "Balance on traces it was not tuned on")..."""
     balance_abs: float = 8.0
     """... if it is also over the mean by more than this many average requests' work (lesson 06's
@@ -217,7 +213,7 @@ class Fleet:
         """The replica `--route prefix` picks, in two steps (llm-d's filter, then Dynamo's scorer):
 
         1. **Filter by long-run load.** Each replica's work is its in-flight tokens integrated over
-           time since it started (`Replica.work`: token-seconds). A replica whose work is over
+           time since it started (`works`: token-seconds). A replica whose work is over
            `balance` times the fleet's mean *and* over the mean by more than `balance_abs`
            requests' worth (the average request's work so far) sits this request out, however
            much of it it holds. Two thresholds, as SGLang's router has (relative and absolute):
@@ -235,7 +231,7 @@ class Fleet:
         so a hot prefix ends up on as many replicas as its traffic needs.
         """
         start = now + self.timing.overhead_ms / 1000 if ready is None else ready
-        work = [r.work(now) for r in self.replicas]
+        work = self.works(now)
         total = sum(work)
         mean = total / len(work)
         self.routed += 1
@@ -244,16 +240,28 @@ class Fleet:
         pool = pool or [self.replicas[work.index(min(work))]]  # (a balance under 1 may leave none)
         found = [r.cache.cached_blocks(keys, now) * r.cache.block_tokens for r in pool]
         if max(found) > self.weights.cache_threshold * prompt_tokens:
-            held = zip(pool, found, strict=True)
-            return pool[self.lowest([self.cost(r, prompt_tokens - f, start) for r, f in held])].index
-        costs = [self.cost(r, prompt_tokens, start) for r in pool]
+            return pool[self.lowest(self.costs(pool, [prompt_tokens - f for f in found], start))].index
+        costs = self.costs(pool, [prompt_tokens] * len(pool), start)
         return pool[self.lowest(costs, [len(r.cache) for r in pool])].index
 
-    def cost(self, r: Replica, uncached: int, start: float) -> float:
-        """Dynamo's worker cost, in blocks: weighted prefill (the lane's backlog when this prompt
-        could start, plus the tokens this replica would compute) plus the tokens it serves now."""
-        backlog = max(0.0, r.lane.free_at - start) * self.timing.prefill_tokens_per_s
-        return (self.weights.prefill * (backlog + uncached) + r.active_tokens) / r.cache.block_tokens
+    def works(self, now: float) -> list[float]:
+        """Each replica's long-run load: its in-flight tokens integrated over time up to `now`
+        (token-seconds; `Replica.hold` adds them up as they change). All at once: a replay's
+        router asks it of 64 replicas for each of 12,000 requests."""
+        return [
+            0.0 if r.held_at is None else r.token_s + r.active_tokens * max(0.0, now - r.held_at)
+            for r in self.replicas
+        ]
+
+    def costs(self, pool: list[Replica], uncached: list[int], start: float) -> list[float]:
+        """Dynamo's worker cost of each replica of `pool`, in blocks: weighted prefill (its lane's
+        backlog when this prompt could start, plus the `uncached` tokens it would compute) plus
+        the tokens it serves now."""
+        rate, weight = self.timing.prefill_tokens_per_s, self.weights.prefill
+        return [
+            (weight * (max(0.0, r.lane.free_at - start) * rate + u) + r.active_tokens) / r.cache.block_tokens
+            for r, u in zip(pool, uncached, strict=True)
+        ]
 
     def lowest(self, costs: list[float], then: Sequence[int] | None = None) -> int:
         """The index of the cheapest replica (then the least `then`): a seeded draw among those tied

@@ -580,9 +580,10 @@ class Loop:
         """The steps back to back after `step`, if it holds the only prompt of `turns` ready (not
         with prefill first), until it is read or another is ready: what `_next` forms then,
         without working out again who is ready and who decodes. Each holds the streams of the step
-        before that have tokens left (back to back, no token comes between them) and as many of
-        its tokens as fit. The last of them. (A replay's overloaded replica forms some 70,000 an
-        hour of a prompt's piece and three streams.)"""
+        before that have tokens left (back to back, no token comes between them: each writes the
+        token after the one it wrote in the step before) and as many of its tokens as fit. The
+        last of them. (A replay's overloaded replica forms some 70,000 an hour of a prompt's piece
+        and three streams.)"""
         if self.prefill_first or len(step.parts) != 1 or self.batch_tokens is None:
             return step
         turn = step.parts[0][0]
@@ -590,11 +591,7 @@ class Loop:
         streams: tuple[tuple[int, ...], tuple[int | None, ...]] = ((), ())
         while turn.read < turn.tokens and step.end < until:
             at = step.end
-            decoding = [
-                (t, i)
-                for t in step.decoders
-                if (i := t.marks[-1][0] + 1 + t.written(t.marks[-1][0], 0.0)) < t.reply
-            ]
+            decoding = [(t, i) for t in step.decoders if (i := t.marks[-1][0] + 1) < t.reply]
             if len(decoding) != len(streams[0]):  # (a stream ended: else the same streams, in order)
                 streams = _streams(decoding)
             room = max(self.batch_tokens - len(decoding), 1)
