@@ -17,6 +17,7 @@ from felab.errors import FelabError
 from felab.explain import explain, not_openai
 from felab.guarded import guarded_client
 from felab.paths import load_env
+from felab.redact import redact
 from felab.results import note_served
 from felab.targets import (
     LOOPBACK,
@@ -164,6 +165,6 @@ def client(target: Target, timeout: float = 300.0) -> TargetClient:
 
 def banner(target: Target) -> None:
     """Print which server and model this run measures (never the key)."""
-    print(f"target: {target.name} · {target.base_url} · model: {target.model}")
+    print(redact(f"target: {target.name} · {target.base_url} · model: {target.model}"))
     if target.is_paid:
         print("note: this target is paid; this run bills your account (a few cents).")

@@ -27,6 +27,7 @@ from felab.errors import FelabError
 from felab.guarded import stopped_by
 from felab.paths import from_here
 from felab.targets import Target, fix_key_advice, start_command
+from felab.urls import api_root
 
 REFUSED = "refused"
 """Nothing listens at that address (the machine answered, the port is closed)."""
@@ -224,10 +225,10 @@ def _refused(exc: openai.APIStatusError, target: Target, said: str) -> FelabErro
     meaning = f" {engine.meanings[status]}" if engine and status in engine.meanings else ""
     if status == 401:
         return FelabError(f"The {name} server refused the API key (HTTP 401: {said}). {_key_advice(target)}")
-    if status == 404 and not url.endswith("/v1"):  # the OpenAI routes live under /v1
+    if status in (404, 405) and api_root(url) != url:  # the OpenAI routes live under /v1
         return FelabError(
-            f"The {name} server at {url} answered HTTP 404 ({said}): its OpenAI-compatible address "
-            f"usually ends in /v1. Pass `--base-url {url}/v1`."
+            f"The {name} server at {url} answered HTTP {status} ({said}): its OpenAI-compatible address "
+            f"usually ends in /v1. Pass `--base-url {api_root(url)}`."
         )
     asked = f"{exc.request.method} {exc.request.url.path}"
     if status in (404, 405, 501) and not _is_json(exc):  # a web server, not an OpenAI API

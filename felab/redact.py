@@ -18,6 +18,7 @@ What counts as a key:
     the word after "Bearer " (a credential in an Authorization header, anyone's: 8 characters
         or more, with a digit or one of _+/=-), shown as Bearer <redacted>; `Bearer $FIREWORKS_API_KEY`
         in a command is left as is
+    the password in an address (http://user:PASSWORD@host/...), shown as user:<redacted>@
 
 A server repeats what it was sent in more forms than one, so a key is also found:
 
@@ -70,7 +71,27 @@ def redact(text: str) -> str:
         text = (spelled if "\\" in text or "%" in text else plain).sub(shown, text)  # plain: 4x faster
         text = _cut_words(text, encoded, f"{shown[:-1]} in base64>")
     text = _cut_words(text, _BASE64_WORD, "<redacted, base64 of a Bearer credential>", _holds_bearer)
-    return _BEARER.sub(r"\1<redacted>", text)
+    return _url_passwords(_BEARER.sub(r"\1<redacted>", text))
+
+
+_AUTHORITY_END = re.compile(r"[\s/?#'\"<>]")
+"""What ends an address's authority (user:password@host:port): its path, query, or the text after it."""
+
+
+def _url_passwords(text: str) -> str:
+    """`text` with the password of every address that carries one (scheme://user:password@host)
+    replaced by <redacted>: each `://` once, its authority cut at the last `@` (a scan, linear)."""
+    out, done, at = [], 0, text.find("://")
+    while at >= 0:
+        start = at + 3
+        end = m.start() if (m := _AUTHORITY_END.search(text, start)) else len(text)
+        sep = text.rfind("@", start, end)  # (none: -1)
+        user, _, password = text[start:sep].partition(":") if sep > start else ("", "", "")
+        if password:
+            out += [text[done:start], f"{user}:<redacted>"]
+            done = sep
+        at = text.find("://", end)
+    return "".join(out) + text[done:] if out else text
 
 
 _B64_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_")

@@ -188,9 +188,15 @@ def fix_key_advice(env_name: str) -> str:
     shell wins over `.env`, so editing `.env` alone would change nothing."""
     from dotenv import dotenv_values  # python-dotenv, as load_env() uses it
 
-    in_file = dotenv_values(paths.ENV_FILE).get(env_name)
+    in_file = (dotenv_values(paths.ENV_FILE).get(env_name) or "").strip()
     used = os.environ.get(env_name, "").strip()
-    if used and (in_file or "").strip() != used:
+    if used and not in_file:  # (no .env, or none in it: nothing to fall back on)
+        return (
+            f"The key in use comes from this terminal (it was exported): export it again with the "
+            f"key copied from your dashboard, or put it in {paths.ENV_FILE} as `{env_name}=...` and "
+            f"`unset {env_name}`."
+        )
+    if used and in_file != used:
         return (
             f"The key in use comes from this terminal (it was exported), which wins over "
             f"{paths.ENV_FILE}: export it again with the key copied from your dashboard, or "

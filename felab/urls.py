@@ -13,6 +13,7 @@ table), `fireworks.billing.root_url()` for `make fw-check`.
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit, urlunsplit
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 """RFC 3986's scheme (a letter, then letters, digits, `+`, `-` or `.`), followed by `://`."""
@@ -29,3 +30,13 @@ def lower_scheme(url: str) -> str:
     it is (a path is case-sensitive); a URL without a scheme is returned unchanged."""
     found = scheme(url)
     return found + url[len(found) :] if found else url
+
+
+def api_root(url: str) -> str:
+    """The OpenAI-compatible address nearest `url`, where its routes are: cut after its `/v1` (an
+    endpoint pasted whole: `…/v1/chat/completions`), or with `/v1` added; no query or fragment
+    (`?api_key=…` is no part of an address the kit takes)."""
+    parts = urlsplit(url)
+    at = (parts.path + "/").find("/v1/")
+    path = parts.path[: at + 3] if at >= 0 else parts.path.rstrip("/") + "/v1"
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))

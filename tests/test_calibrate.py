@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import http.server
+import os
 import random
 import re
 import subprocess
@@ -422,6 +423,86 @@ def test_a_missing_profile_says_how_to_make_one(tmp_path: Path) -> None:
         read_settings(tmp_path / "nowhere.toml")
 
 
+def test_a_kit_path_typed_in_a_lesson_folder_names_the_one_meant(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `make mock PROFILE=data/profiles/lesson-mac.toml` in lessons/06-…: the path is read from
+    # there, and the advice names the file from there; followed, it reads. Before: "use a
+    # shipped one from data/profiles/", which is not there.
+    lesson = KIT / "lessons" / "06-prefix-caching"
+    monkeypatch.setenv("FELAB_CALLER_DIR", str(lesson))
+    with pytest.raises(ProfileError) as refused:
+        read_settings(lesson / "data" / "profiles" / "lesson-mac.toml")
+    meant = re.search(r"Did you mean (\S+)\?", str(refused.value))
+    assert meant is not None and meant.group(1) == "../../data/profiles/lesson-mac.toml", str(refused.value)
+    assert read_settings(lesson / meant.group(1))["prefill_tps"] > 0
+
+
+def test_a_profile_whose_tokenizer_is_not_here_says_so_before_any_request(tmp_path: Path) -> None:
+    # A profile made on another machine names its tokenizer there. Before: `calibrate --check`
+    # sent its first requests (billed, on a paid target), then the twin refused to start with
+    # "start without --tokenizer", a flag nobody gave. Now the server and the check say so first,
+    # nothing sent (no server listens at the check's address: it stops before connecting).
+    made = (
+        (PROFILES / "lesson-mac.toml")
+        .read_text()
+        .replace("[settings]\n", '[settings]\ntokenizer = "/Users/someone/models/tokenizer.json"\n', 1)
+    )
+    path = tmp_path / "other-machine.toml"
+    path.write_text(made)
+    assert read_settings(path)["tokenizer"] == "/Users/someone/models/tokenizer.json"  # it reads
+    served = subprocess.run(
+        [sys.executable, "-m", "felab.mock_server", "--profile", str(path), "--port", "9"],
+        cwd=KIT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    checked = run_felab(
+        "calibrate", "--check", str(path), "--target", "mock", "--base-url", "http://127.0.0.1:9/v1"
+    )
+    for out in (served, checked):
+        said = " ".join(out.stderr.split())
+        assert out.returncode != 0 and "Traceback" not in said, said
+        assert "/Users/someone/models/tokenizer.json, which is not on this machine" in said, said
+        assert "delete that line" in said and "--tokenizer" not in said
+    path.write_text(made.replace('tokenizer = "/Users/someone/models/tokenizer.json"\n', ""))
+    assert "tokenizer" not in read_settings(path)  # following it: the profile reads, by characters
+
+
+def test_calibrates_paths_are_read_from_the_folder_it_was_typed_in(tmp_path: Path) -> None:
+    # `make calibrate ARGS="--check mine.toml"` in a lesson folder runs at the kit's root: the
+    # profile is found in the learner's folder (FELAB_CALLER_DIR), as PROFILE= and TRACE= are.
+    # Before: "no profile at mine.toml". Here it goes on to the server, which is not running.
+    (tmp_path / "mine.toml").write_text((PROFILES / "lesson-mac.toml").read_text())
+    out = subprocess.run(
+        [sys.executable, "-m", "felab", "calibrate", "--check", "mine.toml", "--target", "mock"]
+        + ["--base-url", "http://127.0.0.1:9/v1"],
+        cwd=KIT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "FELAB_CALLER_DIR": str(tmp_path)},
+    )
+    said = " ".join(out.stderr.split())
+    assert out.returncode == 2 and "no profile at" not in said and "nothing is listening" in said, said
+
+
+@pytest.mark.skipif(not Path("/dev/fd").is_dir(), reason="no /dev/fd to name a pipe by")
+def test_a_profile_from_a_pipe_reads_as_often_as_asked() -> None:
+    # `--profile <(cat p.toml)`: the server reads its profile twice (settings, then its twin's
+    # name); a pipe gives its text once. Before: the second read found it empty ("damaged"),
+    # a traceback. And a device that never ends is refused, not read into memory.
+    read, write = os.pipe()
+    os.write(write, (PROFILES / "lesson-mac.toml").read_bytes())
+    os.close(write)
+    try:
+        path = Path(f"/dev/fd/{read}")
+        assert read_settings(path) == read_settings(path) == read_settings(PROFILES / "lesson-mac.toml")
+    finally:
+        os.close(read)
+    with pytest.raises(ProfileError, match="over 1 MiB"):
+        read_settings(Path("/dev/zero"))
+
+
 def test_the_shipped_profiles_read_and_the_defaults_one_is_the_defaults() -> None:
     defaults = read_settings(PROFILES / "practice-defaults.toml")
     assert defaults == {k: getattr(DEFAULTS, k) for k in defaults}
@@ -585,7 +666,12 @@ def test_a_server_too_slow_for_max_minutes_is_stopped_early_and_nothing_is_writt
     assert "calibrating it takes about" in out.stdout and "3/6" not in out.stdout  # stopped in step 2
 
 
-def test_a_paid_target_asks_first_and_a_no_sends_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("answer", ["n\n", "y\n", ""])
+def test_a_paid_target_without_a_terminal_to_ask_sends_nothing(
+    monkeypatch: pytest.MonkeyPatch, answer: str
+) -> None:
+    # No terminal (a pipe, CI): nothing is sent, whatever the pipe holds, and the message says
+    # so. Before: an empty stdin read as Ctrl+C ("interrupted", status 130).
     import subprocess
     import sys
 
@@ -605,7 +691,7 @@ def test_a_paid_target_asks_first_and_a_no_sends_nothing(monkeypatch: pytest.Mon
         out = subprocess.run(
             [sys.executable, "-m", "felab", "calibrate", "--target", "fireworks"],
             cwd=KIT,
-            input="n\n",
+            input=answer,
             capture_output=True,
             text=True,
             timeout=60,
@@ -614,7 +700,8 @@ def test_a_paid_target_asks_first_and_a_no_sends_nothing(monkeypatch: pytest.Mon
         server.shutdown()
     assert out.returncode == 2, out.stdout + out.stderr
     assert "it sends at most" in out.stdout and "bill your account" in out.stdout
-    assert "nothing was sent" in out.stderr and hits == []
+    assert "nothing was sent (not confirmed)" in out.stderr and hits == []
+    assert "interrupted" not in out.stdout + out.stderr
 
 
 def test_the_benchs_calibrate_phase_runs_at_a_tiny_size() -> None:

@@ -55,6 +55,10 @@ def test_one_reply_in_ten_without_text_is_sent_again_and_calibrate_completes(tmp
     assert measured["empty_replies"] == engine.empties_sent > 0
     announced = int(out.stdout.split("it sends at most ")[1].split()[0])
     assert engine.posts <= announced  # the retries come out of the announced total
+    # The check it advises keeps the address it was given (the fake is not on llamacpp's port):
+    # typed as printed, it reaches this server. Before: `--check … --target llamacpp` alone.
+    advised = next(line for line in out.stdout.splitlines() if line.startswith("check the twin:"))
+    assert "calibrate --check " in advised and "--target llamacpp --base-url http://127.0.0.1:" in advised
 
 
 def test_a_reply_without_text_is_timed_by_its_end_only_when_asked() -> None:

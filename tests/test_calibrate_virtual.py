@@ -21,7 +21,7 @@ import re
 import pytest
 from test_calibrate import KNOWN  # the settings its real-HTTP test calibrates, here on a virtual clock
 
-from felab.calibrate import command
+from felab.calibrate import command, counting
 from felab.calibrate import profile as prof
 from felab.calibrate.plan import Measurements, Plan, make_plan, measure, speed_of
 from felab.calibrate.probes import Prober, Sample, ServerFacts
@@ -215,6 +215,19 @@ def test_the_requests_it_asks_for_with_seats_are_enough() -> None:
         make_plan(facts, 5)
     least = int(re.search(r"at least (\d+) requests", refused.value.message).group(1))  # type: ignore[union-attr]
     assert make_plan(facts, least).push_seats == 4
+
+
+@pytest.mark.parametrize("allowed", [49, 60, 100, 140])
+def test_max_requests_caps_everything_calibrate_sends(allowed: int) -> None:
+    # The plan's requests and the count of tokens after it (counting.REQUESTS) together stay
+    # within --max-requests: the cap a learner sets on a paid target is on all it sends. Before:
+    # --max-requests 32 announced 42 (the plan checked alone).
+    facts = ServerFacts("llama.cpp", 4, 8192)
+    total = make_plan(facts, allowed, besides=counting.REQUESTS).announced() + counting.REQUESTS
+    assert total <= allowed
+    with pytest.raises(FelabError, match=r"at least (\d+) requests") as refused:
+        make_plan(facts, 48, besides=counting.REQUESTS)
+    assert "Allow 49 or more" in refused.value.message
 
 
 # ── the time bound: a server too slow to calibrate in time is stopped early ──

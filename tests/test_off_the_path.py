@@ -402,11 +402,15 @@ def test_a_base_url_without_a_scheme_names_the_fixed_one(mock_url: str) -> None:
     assert run_script(PREFIX_BENCH, *fixed.split(), "--quick").returncode == 0  # following it
 
 
-def test_a_base_url_without_v1_says_so(mock_url: str) -> None:
-    out = run_script(PREFIX_BENCH, "--base-url", mock_url.removesuffix("/v1"), "--quick")
+@pytest.mark.parametrize("pasted", ["", "/", "/chat/completions", "/chat/completions?x=1"])
+def test_a_base_url_that_is_not_the_api_root_names_the_root(mock_url: str, pasted: str) -> None:
+    # Without /v1, or an endpoint pasted whole: the advice is the root, and following it runs.
+    # Before: `--base-url …/v1/chat/completions/v1`.
+    url = mock_url.removesuffix("/v1") + pasted if pasted in ("", "/") else mock_url + pasted
+    out = run_script(PREFIX_BENCH, "--base-url", url, "--quick")
     said = " ".join(out.stderr.split())
     assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert f"`--base-url {mock_url}`" in said
+    assert f"`--base-url {mock_url}`" in said, said
 
 
 # ── Issue 20: where a server cannot be reached, the cause, and advice that works ──
@@ -626,3 +630,22 @@ def test_connection_failure_names_each_cause_for_other_callers(resets: int) -> N
     with pytest.raises(FelabError) as caught:
         stream_once(client(Target("vllm", f"http://127.0.0.1:{resets}/v1", "m", "k", False)), "m", [])
     assert connection_failure(caught.value) == RESET and "accepted the connection" in caught.value.message
+
+
+def test_calibrate_stops_at_a_server_that_answers_nothing_before_announcing_anything() -> None:
+    # A port that takes connections (the kernel's backlog) and answers no request. Before:
+    # `calibrate --target mlx` (whose model needs no GET) announced its 127 requests, then sat
+    # silent for the first probe's two minutes.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)  # never accepted: every request waits for an answer that never comes
+    try:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+        started = time.monotonic()
+        out = run_felab("calibrate", "--target", "mlx", "--base-url", url, timeout=90)
+        seconds = time.monotonic() - started
+    finally:
+        listener.close()
+    said = " ".join(out.stderr.split())
+    assert out.returncode == 2 and "did not answer in time" in said and "Traceback" not in said, said
+    assert "it sends at most" not in out.stdout and seconds < 60

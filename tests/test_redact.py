@@ -26,6 +26,15 @@ def key(monkeypatch: pytest.MonkeyPatch) -> None:
         ("authorization: bearer sk-someone-elses-1234", "authorization: bearer <redacted>"),
         ("{'Authorization': 'Bearer eyJhbGciOi.x.y2'}", "{'Authorization': 'Bearer <redacted>'}"),
         (f"key={KEY}&user=1", "key=<FIREWORKS_API_KEY>&user=1"),
+        (
+            "target: mock · http://alice:S3cretPW@127.0.0.1:8765/v1 · model",
+            "target: mock · http://alice:<redacted>@127.0.0.1:8765/v1 · model",
+        ),
+        (
+            "at https://u:p:q@h:1/v1 and 'http://x:y@z'",
+            "at https://u:<redacted>@h:1/v1 and 'http://x:<redacted>@z'",
+        ),
+        ("http://alice@host/v1 http://host:8080/v1 ://:", "http://alice@host/v1 http://host:8080/v1 ://:"),
     ],
 )
 def test_keys_are_taken_out(said: str, shown: str) -> None:

@@ -288,6 +288,10 @@ def test_a_refused_key_is_fixed_where_it_came_from(monkeypatch: pytest.MonkeyPat
     advice = fix_key_advice("FIREWORKS_API_KEY")
     assert "comes from this terminal" in advice and "unset FIREWORKS_API_KEY" in advice
     assert "fw-exported" not in advice and "fw-from-the-file" not in advice
+    env_file.unlink()  # no .env at all: nothing in it to fall back on, so no "the one in .env"
+    advice = fix_key_advice("FIREWORKS_API_KEY")
+    assert "comes from this terminal" in advice and "the one in .env" not in advice
+    assert f"put it in {env_file} as `FIREWORKS_API_KEY=...`" in advice and "fw-exported" not in advice
 
 
 def test_a_scheme_and_a_host_name_have_no_case_wherever_a_url_is_checked() -> None:

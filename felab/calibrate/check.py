@@ -43,6 +43,7 @@ import openai
 from felab.calibrate import prompts
 from felab.calibrate.probes import Prober, Sample, ServerFacts
 from felab.errors import FelabError
+from felab.redact import redact
 from felab.stats import percentile
 from felab.targets import Target
 
@@ -565,7 +566,7 @@ def differences(
         total = facts.seat_context * (facts.seats or 1)
         if total != context:
             out.append(f"context: {context:,} tokens in the profile, {total:,} on this server")
-    named = (("model", "model", target.model), ("measured_at", "address", target.base_url))
+    named = (("model", "model", target.model), ("measured_at", "address", redact(target.base_url)))
     for key, what, here in named:
         then = about.get(key)
         if isinstance(then, str) and then and here and then != here:

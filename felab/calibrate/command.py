@@ -43,9 +43,10 @@ from felab.calibrate.save import ProfileNotWritten, check_out
 from felab.connect import client, resolve, served_model
 from felab.errors import FelabError
 from felab.mock_server.launch import practice_server
-from felab.mock_server.profile import ProfileError, load, read_settings
+from felab.mock_server.profile import ProfileError, absent_tokenizer, load, read_settings
 from felab.paths import from_here, learner_folder
 from felab.prices import price_for
+from felab.redact import redact
 from felab.results import busy, record
 from felab.tables import table
 from felab.targets import NO_KEY, TARGETS, Target
@@ -73,7 +74,8 @@ def fresh_seed() -> int:
 
 
 def say(line: str) -> None:
-    click.echo(line)
+    """Print a line of calibrate's report (never a key, nor a password in an address: `redact`)."""
+    click.echo(redact(line))
 
 
 def connect(target_name: str, base_url: str | None, model: str | None) -> Target:
@@ -106,12 +108,14 @@ def announce(
     if target.is_paid:
         price = price_for(target)
         cost = (
-            f" (at most about ${tokens * price.input / 1e6:.2f} at list price, {price.source})"
+            f" (its prompts about ${tokens * price.input / 1e6:.3f} at the list input price, "
+            f"{price.source}; the replies' few tokens are billed besides, at the output price)"
             if price and tokens
             else ""
         )
         say(f"{target.name} is paid: these requests bill your account{cost}.")
-        if not yes and not click.confirm("send them?", default=False):
+        terminal = sys.stdin is not None and sys.stdin.isatty()  # (none: never wait for an answer)
+        if not yes and not (terminal and click.confirm("send them?", default=False)):
             raise FelabError("nothing was sent (not confirmed). Add --yes to skip the question.")
 
 
@@ -122,12 +126,14 @@ def calibrate(
     yes: bool,
     max_minutes: float = MAX_MINUTES,
     again: Callable[[int], str] | None = None,
+    given: tuple[str | None, str | None] = (None, None),
 ) -> Path:
     """Measure, fit, check the fit's evidence, write the profile, print what it found. Once the
     server's speed is known, stop if the plan would take over `max_minutes` (`again(minutes)`: the
-    learner's command with the bound raised; by default one built from the target)."""
+    learner's command with the bound raised; by default one built from the target). `given`: the
+    learner's --base-url and --model, which the check it advises needs too."""
     facts = server_facts(target)
-    plan = make_plan(facts, max_requests)
+    plan = make_plan(facts, max_requests, besides=counting.REQUESTS)  # the cap is on all it sends
     requests = plan.announced() + counting.REQUESTS
     announce(target, facts, requests, plan.prompt_tokens() + counting.PROMPT_TOKENS, yes, spare=plan.spare())
     prober = Prober(target, client(target, timeout=120.0), requests, say, seed=fresh_seed())
@@ -204,7 +210,7 @@ def calibrate(
         f"\nprofile written: {shown}"
         + (" (with the warnings above, which --check repeats)" if f.get("warnings") else "")
     )
-    say(f"check the twin:  python -m felab calibrate --check {shown} --target {target.name}")
+    say(f"check the twin:  {rerun_command(target.name, *given, check=shown)}")
     say(f"serve the twin:  {from_here('make mock')} PROFILE={shown}")
     return path
 
@@ -217,10 +223,12 @@ def rerun_command(
     max_requests: int | None = None,
     yes: bool = False,
     max_minutes: int | None = None,
+    check: str | None = None,
 ) -> str:
     """The calibrate command with the learner's own flags (those given: they work again from the
-    folder it was typed in) and the ones the advice changes."""
-    words = ["python -m felab calibrate", f"--target {target_name}"]
+    folder it was typed in) and the ones the advice changes (`check`: the profile to check)."""
+    words = ["python -m felab calibrate", *([f"--check {shlex.quote(check)}"] if check else [])]
+    words.append(f"--target {target_name}")
     given = {
         "--base-url": base_url,
         "--model": model,
@@ -339,11 +347,16 @@ def together_line(
 
 
 def profile_settings(path: Path) -> dict[str, Any]:
-    """The profile's settings, or the one message that says why it cannot be used."""
+    """The profile's settings, or the one message that says why it cannot be used (here: its twin
+    could not count tokens, so nothing is sent)."""
     try:
-        return read_settings(path)
+        settings = read_settings(path)
     except ProfileError as exc:
         raise FelabError(str(exc)) from None
+    absent = absent_tokenizer(path, settings)
+    if absent:
+        raise FelabError(absent)
+    return settings
 
 
 def check(
@@ -518,7 +531,8 @@ def calibrate_command(
 ) -> Any:
     """Measure a server and write a profile that makes the practice server behave like it.
 
-    It fits, from about 95 streamed requests: the fixed overhead, prefill
+    It fits, from about 110 streamed requests (it says how many at most before it
+    sends one): the fixed overhead, prefill
     against uncached tokens and tokens already in context, the engine's characters per token,
     its prefix cache (whole blocks, or the longest common prefix per seat), how 4 prompts sent
     at once are prefilled, decode time per token and its slowdown with streams at once, and
@@ -537,6 +551,8 @@ def calibrate_command(
       python -m felab calibrate --check results/profiles/llamacpp-....toml --target llamacpp
       make mock PROFILE=results/profiles/llamacpp-....toml
     """
+    here = learner_folder()  # paths as typed there (`make calibrate ARGS=...` runs at the kit's root)
+    check_path, out, picture = (here / p if p is not None else None for p in (check_path, out, picture))
     settings = profile_settings(check_path) if check_path is not None else None  # before any request
     check_out(out)  # --out: a new file or a profile, never .env or a device
     target = connect(target_name, base_url, model)
@@ -549,7 +565,7 @@ def calibrate_command(
             def again(minutes: int) -> str:
                 return rerun_command(target_name, base_url, model, out, shown, yes, minutes)
 
-            calibrate(target, out, max_requests, yes, max_minutes, again)
+            calibrate(target, out, max_requests, yes, max_minutes, again, given=(base_url, model))
 
 
 def notes(

@@ -249,8 +249,9 @@ SHORTER: tuple[dict[str, Any], ...] = (
 """Ever smaller plans, for a small --max-requests: fewer repeats first, then fewer steps."""
 
 
-def make_plan(facts: ServerFacts, max_requests: int) -> Plan:
-    """The largest plan that fits the server's context and `max_requests`; a FelabError if none does."""
+def make_plan(facts: ServerFacts, max_requests: int, besides: int = 0) -> Plan:
+    """The largest plan that fits the server's context and `max_requests`, with `besides` more
+    requests sent after it (calibrate's count of tokens); a FelabError if none does."""
     biggest = BIGGEST
     if facts.seat_context is not None:
         biggest = min(biggest, facts.seat_context - SEAT_ROOM)
@@ -264,9 +265,9 @@ def make_plan(facts: ServerFacts, max_requests: int) -> Plan:
         )
     for change in SHORTER:
         plan = Plan(biggest, push_seats=facts.seats or 0, **change)
-        if plan.announced() <= max_requests:
+        if plan.announced() + besides <= max_requests:
             return plan
-    least = Plan(biggest, push_seats=facts.seats or 0, **SHORTER[-1]).announced()
+    least = Plan(biggest, push_seats=facts.seats or 0, **SHORTER[-1]).announced() + besides
     raise FelabError(
         f"calibrate needs at least {least} requests to measure what it fits; --max-requests is "
         f"{max_requests}. Allow {least} or more."

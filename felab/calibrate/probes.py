@@ -33,8 +33,10 @@ from typing import Any
 import openai
 
 from felab.calibrate import figures, prompts
+from felab.connect import TargetClient
 from felab.context_fit import read_overflow
 from felab.errors import FelabError
+from felab.explain import explain
 from felab.guarded import get_json  # within the kit's limits: an endless /props stops with a message
 from felab.mock_server.config import HEALTH_NAME
 from felab.paths import from_here
@@ -129,11 +131,27 @@ def server_facts(target: Target) -> ServerFacts:
     if practice:
         return ServerFacts("felab practice server")
     models = get_json(f"{target.base_url}/models")
+    if health is None and props is None and models is None:
+        answers(target)  # nothing answered a GET: a server that answers no probe stops here
     data = models.get("data") if isinstance(models, dict) else None
     first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
     owner = first.get("owned_by")
     engine = {"vllm": "vLLM", "sglang": "SGLang", "llamacpp": "llama.cpp"}.get(str(owner), target.name)
     return ServerFacts(engine, None, _int(first.get("max_model_len")))
+
+
+def answers(target: Target, timeout_s: float = 10.0) -> None:
+    """Stop, with the kit's message for it (explain.py: not running, and the command that starts
+    it; or no answer in time), unless the server answers OpenAI's `GET /v1/models` within
+    `timeout_s`, or with an HTTP error (then the first probe says what it means). Before this, a
+    server that took connections but answered nothing held calibrate silent for two minutes
+    (its probes' own timeout)."""
+    try:
+        TargetClient(target, max_retries=0, timeout=timeout_s).models.list()
+    except openai.APIStatusError:
+        return
+    except openai.OpenAIError as exc:
+        raise explain(exc, target) from None
 
 
 class Prober:

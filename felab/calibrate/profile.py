@@ -35,6 +35,7 @@ from felab.mock_server.profile import END_LINE, SCHEMA
 from felab.mock_server.step import Step, prompt_steps, reply_context
 from felab.mock_server.terms import Rates
 from felab.paths import results_dir
+from felab.redact import redact
 from felab.targets import Target
 
 SETTINGS = {f.name: f for f in dataclasses.fields(Settings)}
@@ -258,7 +259,7 @@ def build(
         "engine": facts.engine,
         "target": target.name,
         "model": target.model,
-        "measured_at": target.base_url,
+        "measured_at": redact(target.base_url),  # (a password in it: never in a file)
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
         "method": (

@@ -102,7 +102,7 @@ def plan(n: int, router: str, policy: str | None, profile: str | None, port: int
     else:
         policy = ROUTE_FOR_POLICY.get(policy or "cache_aware", policy or "prefix")
         if policy not in ROUTES:
-            choices = ", ".join([*ROUTE_FOR_POLICY, *ROUTES])
+            choices = ", ".join(dict.fromkeys([*ROUTE_FOR_POLICY, *ROUTES]))  # (`random` is both)
             raise FelabError(f"ROUTER=none has no route `{policy}`: POLICY is one of {choices}.")
     path = None
     if profile:

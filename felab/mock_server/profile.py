@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -74,19 +75,67 @@ class ProfileError(ValueError):
     """A profile this kit cannot use; the message says why and what to do."""
 
 
+KIT_ROOT = Path(__file__).resolve().parents[2]
+"""The kit's folder (felab.paths.KIT_ROOT, which the practice server may not import: it imports
+nothing of the learner's library, tests/test_docs.py)."""
+SHIPPED = KIT_ROOT / "data" / "profiles" / "lesson-mac.toml"
+"""The profile the lesson ships: the example Mac's llama.cpp."""
+
+
+def learner_folder() -> Path:
+    """The folder the learner typed the command in: FELAB_CALLER_DIR, which the Makefile passes on,
+    else the working folder (as felab.paths.learner_folder())."""
+    named = os.environ.get("FELAB_CALLER_DIR", "")
+    return Path(named).resolve() if named and Path(named).is_dir() else Path.cwd().resolve()
+
+
+def _meant(path: Path) -> str:
+    """ " Did you mean …?" when `path`, read from the learner's folder, names a file of the kit
+    read from its root (`data/profiles/…` typed in a lesson folder), else ""."""
+    here = learner_folder()
+    try:
+        inside = (here / path).resolve().relative_to(here)
+    except ValueError:
+        return ""
+    meant = KIT_ROOT / inside
+    return f" Did you mean {os.path.relpath(meant, here)}?" if here != KIT_ROOT and meant.is_file() else ""
+
+
 def load(path: Path) -> dict[str, Any]:
     """The whole profile as TOML tables, its `[profile]` schema checked."""
     return parse(path)[1]
 
 
+MAX_PROFILE_BYTES = 1 << 20
+"""A profile is a few kB; a file over 1 MiB is not one (`/dev/zero` would never end)."""
+_READ_ONCE: dict[str, str] = {}
+"""The text of each profile given as a pipe (`--profile <(…)`), which can be read only once, by
+path: the server reads its profile twice (its settings, then its twin's name)."""
+
+
+def _text(path: Path) -> str:
+    """A profile file's text (OSError, UnicodeDecodeError or ProfileError if it is none)."""
+    if str(path) in _READ_ONCE:
+        return _READ_ONCE[str(path)]
+    with path.open("rb") as f:
+        data = f.read(MAX_PROFILE_BYTES + 1)
+    if len(data) > MAX_PROFILE_BYTES:
+        raise ProfileError(f"the profile {path} is over 1 MiB, so it is no profile (they are a few kB).")
+    text = data.decode("utf-8")
+    if not path.is_file():  # a pipe, or a device
+        _READ_ONCE[str(path)] = text
+    return text
+
+
 def parse(path: Path) -> tuple[str, dict[str, Any]]:
     """The profile's text, and its TOML tables with the `[profile]` schema checked."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _text(path)
     except FileNotFoundError:
         raise ProfileError(
-            f"no profile at {path}. Write one with `python -m felab calibrate --target llamacpp` "
-            f"(it says where it saved it), or use a shipped one from data/profiles/."
+            f"no profile at {path}.{_meant(path)} Write one with `python -m felab calibrate --target "
+            f"llamacpp` (it says where it saved it), or use a shipped one: "
+            f"{os.path.relpath(SHIPPED, learner_folder())} (the lesson's Mac)."
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ProfileError(f"the profile {path} cannot be read ({exc}).") from None
@@ -190,8 +239,8 @@ def read_settings(path: Path) -> dict[str, Any]:
         dataclasses.replace(DEFAULTS, **values)
     except (ValueError, TypeError) as exc:
         raise ProfileError(
-            f"the profile {path} holds a value the practice server refuses: {exc}. Fix that line, or "
-            f"calibrate again."
+            f"the profile {path} holds a value the practice server refuses: {str(exc).rstrip('.')}. "
+            f"Fix that line, or calibrate again."
         ) from None
     cut = cut_short(path, text, data)
     if cut:
@@ -200,6 +249,21 @@ def read_settings(path: Path) -> dict[str, Any]:
     if old:
         raise ProfileError(old)
     return values
+
+
+def absent_tokenizer(path: Path, values: dict[str, Any]) -> str | None:
+    """Why a profile's twin cannot count tokens on this machine (its `tokenizer` file, recorded
+    where it was made, is not here), or None. Asked before a server starts or a check sends
+    anything; `read_settings` alone reads the file, wherever it was made."""
+    tokenizer = values.get("tokenizer")
+    if not isinstance(tokenizer, str) or Path(tokenizer).expanduser().exists():
+        return None
+    return (
+        f"the profile {path} counts tokens with the engine's tokenizer, {tokenizer}, which is not "
+        f"on this machine. Copy that file here (the model file the server loaded, or its "
+        f"tokenizer.json) and set the profile's `tokenizer = ...` line to where it is; or delete "
+        f"that line, and the twin counts tokens from characters (`chars_per_token`), less exactly."
+    )
 
 
 def old_meaning(path: Path, data: dict[str, Any], values: dict[str, Any]) -> str | None:

@@ -21,7 +21,13 @@ import click
 from felab.mock_server.config import DEFAULT_PORT, DEFAULTS, HEALTH_NAME, Settings
 from felab.mock_server.faults import HideStreamCuts
 from felab.mock_server.flags import server_options, to_settings, twin_help_option
-from felab.mock_server.profile import PROFILE_PATH, profile_option, warnings_of
+from felab.mock_server.profile import (
+    PROFILE_PATH,
+    absent_tokenizer,
+    profile_option,
+    read_settings,
+    warnings_of,
+)
 from felab.mock_server.tokens import TokenizerError, counter_for
 from felab.mock_server.twin import Twin, from_context, learner_folder, named, reported
 
@@ -135,10 +141,7 @@ def main(host: str, port: int, **values: Any) -> None:
 
     settings = to_settings(values)  # a bad flag is named first, whatever holds the port
     twin = from_context(click.get_current_context())  # --profile's twin, or None (twin.py)
-    try:
-        counter_for(settings)  # a tokenizer is read now: a file that is not one stops here
-    except TokenizerError as exc:
-        raise click.ClickException(str(exc)) from None
+    counts_tokens(settings, click.get_current_context().meta.get(PROFILE_PATH))
     if not port_is_free(host, port):
         raise click.ClickException(port_in_use(host, port, twin))
     serving = f"{twin.described()} · " if twin else ""
@@ -149,6 +152,19 @@ def main(host: str, port: int, **values: Any) -> None:
     config = uvicorn_config(create_app(settings, twin), host, port, settings)  # with connections.py's limits
     logging.getLogger("uvicorn.error").addFilter(HideStreamCuts())  # after Config has set up logging
     hung_up_too(uvicorn.Server(config)).run()
+
+
+def counts_tokens(settings: Settings, profile: object) -> None:
+    """Read the tokenizer now: a file that is not one stops the start, in the profile's words
+    where the tokenizer is the profile's (`profile`: its path, or None)."""
+    try:
+        counter_for(settings)
+    except TokenizerError as exc:
+        kept = read_settings(profile) if isinstance(profile, Path) else {}
+        said = absent_tokenizer(profile, kept) if isinstance(profile, Path) else None
+        raise click.ClickException(
+            said if said and kept.get("tokenizer") == settings.tokenizer else str(exc)
+        ) from None
 
 
 def hung_up_too(server: Any) -> Any:

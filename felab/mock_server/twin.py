@@ -27,7 +27,7 @@ from typing import Any
 
 import click
 
-from felab.mock_server.profile import PROFILE_PATH, ProfileError, load
+from felab.mock_server.profile import PROFILE_PATH, ProfileError, learner_folder, load
 
 FIELD = "felab_twin"
 """The field of each model in GET /v1/models that names the twin (absent: the plain practice server)."""
@@ -58,14 +58,6 @@ class Twin:
     def profile_flag(self) -> str:
         """`--profile data/profiles/lesson-mac.toml`: the file, written for the learner's folder."""
         return f"--profile {self.path_here()}"
-
-
-def learner_folder() -> Path:
-    """The folder the learner typed the command in: FELAB_CALLER_DIR, which the Makefile passes on,
-    else the working folder. As felab.paths.learner_folder(), which the practice server may not
-    import (it imports nothing of the learner's library: tests/test_docs.py)."""
-    named = os.environ.get("FELAB_CALLER_DIR", "")
-    return Path(named).resolve() if named and Path(named).is_dir() else Path.cwd().resolve()
 
 
 def of_profile(path: Path) -> Twin:
