@@ -94,7 +94,13 @@ def with_scheme(url: str, source: str) -> str:
     local = LOOPBACK.match(f"http://{bare}")
     fixed = f"{'http' if local else 'https'}://{bare}"  # a remote server: encrypted
     how = f"`--base-url {fixed}`" if source == "--base-url" else f"`{source}={fixed}` in .env (or the shell)"
-    raise FelabError(f"{source} is {url!r}, an address without http:// or https:// in front. Use {how}.")
+    other = scheme(url)  # ftp://, ws://: not an address the OpenAI API is served at
+    what = (
+        f"an address with {other}:// in front, not http:// or https://"
+        if other
+        else "an address without http:// or https:// in front"
+    )
+    raise FelabError(f"{source} is {url!r}, {what}. Use {how}.")
 
 
 def served_model(target: Target) -> str:

@@ -392,12 +392,16 @@ def test_a_refused_llamacpp_on_another_port_names_that_port() -> None:
 # ── Siblings: an address typed without http:// or without /v1 ────────────────
 
 
-def test_a_base_url_without_a_scheme_names_the_fixed_one(mock_url: str) -> None:
-    bare = mock_url.removeprefix("http://")
+@pytest.mark.parametrize(
+    ("scheme", "said"), [("", "without http:// or https:// in front"), ("ftp://", "with ftp:// in front")]
+)
+def test_a_base_url_without_a_scheme_names_the_fixed_one(mock_url: str, scheme: str, said: str) -> None:
+    # No scheme, or one the OpenAI API is not served at: the message says which, and the fix runs.
+    bare = scheme + mock_url.removeprefix("http://")
     out = run_script(PREFIX_BENCH, "--base-url", bare, "--quick")
-    said = " ".join(out.stderr.split())
-    assert out.returncode == 2 and "without http:// or https:// in front" in said
-    fixed = backticked(said)[0]
+    told = " ".join(out.stderr.split())
+    assert out.returncode == 2 and said in told, told
+    fixed = backticked(told)[0]
     assert fixed == f"--base-url {mock_url}"
     assert run_script(PREFIX_BENCH, *fixed.split(), "--quick").returncode == 0  # following it
 
