@@ -486,6 +486,21 @@ def test_calibrates_paths_are_read_from_the_folder_it_was_typed_in(tmp_path: Pat
     assert out.returncode == 2 and "no profile at" not in said and "nothing is listening" in said, said
 
 
+def test_a_replays_profile_is_read_from_the_folder_it_was_typed_in(tmp_path: Path) -> None:
+    # `make replay ARGS="--profile mine.toml"` in a lesson folder runs at the kit's root: the
+    # profile is found where it was typed (FELAB_CALLER_DIR). Before: "no profile at mine.toml".
+    (tmp_path / "mine.toml").write_text((PROFILES / "lesson-mac.toml").read_text())
+    out = subprocess.run(
+        [sys.executable, "-m", "felab", "replay", "--profile", "mine.toml", "--limit", "3"],
+        cwd=KIT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "FELAB_CALLER_DIR": str(tmp_path), "FELAB_RESULTS_DIR": str(tmp_path / "r")},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
 @pytest.mark.skipif(not Path("/dev/fd").is_dir(), reason="no /dev/fd to name a pipe by")
 def test_a_profile_from_a_pipe_reads_as_often_as_asked() -> None:
     # `--profile <(cat p.toml)`: the server reads its profile twice (settings, then its twin's

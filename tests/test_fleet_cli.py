@@ -189,3 +189,48 @@ def test_the_routers_extra_failing_to_install_says_what_to_do_offline(tmp_path: 
     assert "pip download sglang-router vllm-router -d wheels" in done.stderr
     assert "make fleet ROUTER=none" in done.stderr
     assert not (venv / ".installed-routers").exists()
+
+
+def test_a_port_still_closing_is_free_for_a_fleet_and_one_listened_on_is_not() -> None:
+    # A fleet stopped a moment ago leaves its ports in TIME_WAIT for about a minute. Before: a
+    # fleet started again then was refused ("port 8780 … is taken"), and `make fleet-stop` found
+    # nothing to stop. The servers bind with SO_REUSEADDR; so does the check.
+    from felab.errors import FelabError
+    from felab.fleet import up
+
+    port = free_range(1)
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", port))
+    server.listen()
+    client = socket.create_connection(("127.0.0.1", port))
+    conn, _ = server.accept()
+    conn.close()  # the server's end closes first: it waits in TIME_WAIT
+    client.close()
+    server.close()
+    plan = up.plan(1, "none", None, None, port)
+    up.check_ports(plan)
+    held = socket.socket()
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    held.bind(("127.0.0.1", port))
+    held.listen()
+    try:
+        with pytest.raises(FelabError, match=f"port {port} on 127.0.0.1 is taken"):
+            up.check_ports(plan)
+    finally:
+        held.close()
+
+
+def test_a_second_fleet_from_the_same_folder_is_refused_while_the_first_runs(isolated: Path) -> None:
+    # One state file a kit folder: a second fleet would hide the first from fleet-stop and
+    # fleet-stats. Before: it started, and the first ran on with no way to reach it by make.
+    base = free_range(1)
+    first = fleet("-n", "1", "--router", "none", "--port", str(base))
+    try:
+        wait_up(first)
+        text = one_message(run_fleet("-n", "1", "--router", "none", "--port", str(free_range(1))))
+        assert f"a fleet is already running from this kit folder (pid {first.pid}" in text, text
+        assert "make fleet-stop" in text
+    finally:
+        os.kill(first.pid, signal.SIGTERM)
+        assert first.wait(timeout=30) == 0

@@ -33,7 +33,7 @@ from pathlib import Path
 from types import FrameType
 
 from felab.errors import FelabError
-from felab.fleet.processes import Started, clear_state, start, state_file, write_state
+from felab.fleet.processes import Started, clear_state, is_ours, read_state, start, state_file, write_state
 from felab.fleet.routers import ROUTERS, Router
 from felab.mock_server import launch
 from felab.mock_server.config import MAX_REPLICAS, MODEL_ID, ROUTES
@@ -79,6 +79,14 @@ def usage() -> str:
     return from_here("make fleet N=4 ROUTER=sglang")
 
 
+def again(p: Plan) -> str:
+    """The command that starts this fleet again, as it was planned."""
+    words = [f"N={p.n}", f"ROUTER={p.router.name if p.router else 'none'}", f"POLICY={p.policy}"]
+    words += [f"PORT={p.port}"] if p.port != DEFAULT_PORT else []
+    words += [f"PROFILE={p.profile}"] if p.profile is not None else []
+    return from_here("make fleet " + " ".join(words))
+
+
 def plan(n: int, router: str, policy: str | None, profile: str | None, port: int) -> Plan:
     """Check every input; one FelabError that says what to type instead, or the plan."""
     name = router.lower()
@@ -91,7 +99,10 @@ def plan(n: int, router: str, policy: str | None, profile: str | None, port: int
     high = MAX_WORKERS if chosen else MAX_REPLICAS
     if not 1 <= n <= high:
         more = " For more replicas, ROUTER=none models up to 256 in one process." if chosen else ""
-        raise FelabError(f"N={n} workers: N is from 1 to {high} (each worker is a process of its own).{more}")
+        each = (
+            "each worker is a process of its own" if chosen else "replicas of the kit's fleet, in one process"
+        )
+        raise FelabError(f"N={n} workers: N is from 1 to {high} ({each}).{more}")
     if chosen:
         policy = policy or chosen.default_policy
         if policy not in chosen.policies:
@@ -123,6 +134,9 @@ def check_ports(p: Plan) -> None:
     """Every port of the range free on 127.0.0.1, or one message naming the first taken one."""
     for port in p.ports():
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            # As the servers bind (uvicorn, the routers): a port whose last connections are still
+            # closing (TIME_WAIT, a minute after a fleet stopped) is free; one listened on is not.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
@@ -285,8 +299,26 @@ def stopped_by_signals() -> Iterator[None]:
             signal.signal(sig, old)
 
 
+def one_fleet() -> None:
+    """A FelabError if a fleet started from this kit folder still runs: its state file (which
+    `make fleet-stop` and `fleet-stats` read) has room for one, and a second would hide the first."""
+    state = read_state() or {}
+    try:
+        listed = [Started(**q) for q in state.get("processes", [])]
+    except TypeError:  # a state file not written by a fleet: no fleet of ours to find in it
+        listed = []
+    watcher = next((q for q in listed if q.role == "fleet"), None)
+    if watcher is not None and is_ours(watcher):
+        raise FelabError(
+            f"a fleet is already running from this kit folder (pid {watcher.pid}, {state.get('url')}); "
+            f"`{from_here('make fleet-stop')}` and `{from_here('make fleet-stats')}` work on one at a "
+            f"time. Use that one, or stop it first: {from_here('make fleet-stop')}"
+        )
+
+
 def run(p: Plan) -> int:
     """Start the fleet, announce it, and watch it until a signal or a process ends; then stop all."""
+    one_fleet()
     check_ports(p)
     with stopped_by_signals():
         fleet = start_fleet(p)
@@ -301,7 +333,7 @@ def run(p: Plan) -> int:
                     if proc.poll() is not None:
                         raise FelabError(
                             f"{started.role} (pid {started.pid}) exited with status {proc.returncode}; "
-                            f"the rest of the fleet is stopped. Start it again: {usage()}"
+                            f"the rest of the fleet is stopped. Start it again: {again(p)}"
                         )
                 time.sleep(0.25)
         except (KeyboardInterrupt, Stop):

@@ -326,11 +326,12 @@ def profile_option(skip: tuple[str, ...] = (), note: str = "") -> Callable[[Call
     def load(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
         if not value:
             return
+        path = learner_folder() / value  # as typed there (`make replay ARGS=...` runs at the kit's root)
         try:
-            values = read_settings(Path(value))
+            values = read_settings(path)
         except ProfileError as exc:
             raise click.BadParameter(str(exc), ctx, param) from None
-        ctx.meta[PROFILE_PATH] = Path(value)  # the server says which twin it is (twin.py)
+        ctx.meta[PROFILE_PATH] = path  # the server says which twin it is (twin.py)
         values = {k: v for k, v in values.items() if k not in skip}
         names = {p.name for p in ctx.command.params}
         flagged = {k: spelled(v) for k, v in values.items() if k in names}
