@@ -468,19 +468,29 @@ def test_a_profile_whose_tokenizer_is_not_here_says_so_before_any_request(tmp_pa
     assert "tokenizer" not in read_settings(path)  # following it: the profile reads, by characters
 
 
+def typed_in(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m felab ARGS` run at the kit's root, as make runs it, for a learner who typed it
+    in `folder` (FELAB_CALLER_DIR); its results go there too."""
+    env = {**os.environ, "FELAB_CALLER_DIR": str(folder), "FELAB_RESULTS_DIR": str(folder / "results")}
+    return subprocess.run(
+        [sys.executable, "-m", "felab", *args], cwd=KIT, capture_output=True, text=True, timeout=120, env=env
+    )
+
+
 def test_calibrates_paths_are_read_from_the_folder_it_was_typed_in(tmp_path: Path) -> None:
     # `make calibrate ARGS="--check mine.toml"` in a lesson folder runs at the kit's root: the
     # profile is found in the learner's folder (FELAB_CALLER_DIR), as PROFILE= and TRACE= are.
     # Before: "no profile at mine.toml". Here it goes on to the server, which is not running.
     (tmp_path / "mine.toml").write_text((PROFILES / "lesson-mac.toml").read_text())
-    out = subprocess.run(
-        [sys.executable, "-m", "felab", "calibrate", "--check", "mine.toml", "--target", "mock"]
-        + ["--base-url", "http://127.0.0.1:9/v1"],
-        cwd=KIT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "FELAB_CALLER_DIR": str(tmp_path)},
+    out = typed_in(
+        tmp_path,
+        "calibrate",
+        "--check",
+        "mine.toml",
+        "--target",
+        "mock",
+        "--base-url",
+        "http://127.0.0.1:9/v1",
     )
     said = " ".join(out.stderr.split())
     assert out.returncode == 2 and "no profile at" not in said and "nothing is listening" in said, said
@@ -490,14 +500,7 @@ def test_a_replays_profile_is_read_from_the_folder_it_was_typed_in(tmp_path: Pat
     # `make replay ARGS="--profile mine.toml"` in a lesson folder runs at the kit's root: the
     # profile is found where it was typed (FELAB_CALLER_DIR). Before: "no profile at mine.toml".
     (tmp_path / "mine.toml").write_text((PROFILES / "lesson-mac.toml").read_text())
-    out = subprocess.run(
-        [sys.executable, "-m", "felab", "replay", "--profile", "mine.toml", "--limit", "3"],
-        cwd=KIT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "FELAB_CALLER_DIR": str(tmp_path), "FELAB_RESULTS_DIR": str(tmp_path / "r")},
-    )
+    out = typed_in(tmp_path, "replay", "--profile", "mine.toml", "--limit", "3")
     assert out.returncode == 0, out.stdout + out.stderr
 
 
