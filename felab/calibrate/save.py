@@ -23,10 +23,8 @@ import tempfile
 from pathlib import Path
 
 from felab.errors import FelabError
-from felab.mock_server.profile import ProfileError, parse
+from felab.mock_server.profile import MAX_PROFILE_BYTES, ProfileError, parse
 
-LARGEST_PROFILE = 1024 * 1024
-"""A profile is a few KB; a file over this is not one, and is not read to find out."""
 INSTEAD = "results/profiles/NAME.toml"
 """The kind of --out name to give instead (results/ is the kit's own folder, not in git)."""
 
@@ -64,7 +62,7 @@ def out_problem(path: Path) -> str | None:
             f"--out {path} is {kind_of(stat.S_IFMT(mode))}: calibrate writes its profile only to a regular "
             f"file, a new one or a profile it wrote before. Give a file name, such as {INSTEAD}."
         )
-    if path.stat().st_size > LARGEST_PROFILE or not is_profile(path):
+    if path.stat().st_size > MAX_PROFILE_BYTES or not is_profile(path):  # (over: no profile, not read)
         return (
             f"--out {path} already exists and is not a felab profile (it has no [profile] table with a "
             f"schema), so calibrate will not replace it. Give a new file name, such as {INSTEAD}, or "

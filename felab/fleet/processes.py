@@ -137,15 +137,20 @@ def stop_pids(processes: list[Started], grace_s: float = 10.0) -> list[Started]:
     return ours
 
 
+def recorded(state: dict) -> list[Started]:
+    """The processes a state file lists (none if it was not written by a fleet)."""
+    try:
+        return [Started(**p) for p in state.get("processes", [])]
+    except TypeError:
+        return []
+
+
 def stop_recorded() -> str:
     """`make fleet-stop`: stop the fleet the state file lists (only its processes, by PID); what was done."""
     state = read_state()
     if state is None:
         return f"no fleet is running here ({state_file()} does not exist): nothing to stop."
-    try:
-        listed = [Started(**p) for p in state.get("processes", [])]
-    except TypeError:
-        listed = []
+    listed = recorded(state)
     watcher = [p for p in listed if p.role == "fleet"]
     stop_pids(watcher, grace_s=15.0)  # it stops its own processes, and removes the file
     left = stop_pids([p for p in listed if p.role != "fleet"])  # any it could not

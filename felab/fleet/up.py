@@ -33,7 +33,16 @@ from pathlib import Path
 from types import FrameType
 
 from felab.errors import FelabError
-from felab.fleet.processes import Started, clear_state, is_ours, read_state, start, state_file, write_state
+from felab.fleet.processes import (
+    Started,
+    clear_state,
+    is_ours,
+    read_state,
+    recorded,
+    start,
+    state_file,
+    write_state,
+)
 from felab.fleet.routers import ROUTERS, Router
 from felab.mock_server import launch
 from felab.mock_server.config import MAX_REPLICAS, MODEL_ID, ROUTES
@@ -303,11 +312,7 @@ def one_fleet() -> None:
     """A FelabError if a fleet started from this kit folder still runs: its state file (which
     `make fleet-stop` and `fleet-stats` read) has room for one, and a second would hide the first."""
     state = read_state() or {}
-    try:
-        listed = [Started(**q) for q in state.get("processes", [])]
-    except TypeError:  # a state file not written by a fleet: no fleet of ours to find in it
-        listed = []
-    watcher = next((q for q in listed if q.role == "fleet"), None)
+    watcher = next((q for q in recorded(state) if q.role == "fleet"), None)
     if watcher is not None and is_ours(watcher):
         raise FelabError(
             f"a fleet is already running from this kit folder (pid {watcher.pid}, {state.get('url')}); "

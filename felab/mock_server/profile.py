@@ -107,7 +107,8 @@ def load(path: Path) -> dict[str, Any]:
 
 
 MAX_PROFILE_BYTES = 1 << 20
-"""A profile is a few kB; a file over 1 MiB is not one (`/dev/zero` would never end)."""
+"""A profile is a few kB; a file over 1 MiB is not one, and is not read to find out (`/dev/zero`
+would never end; calibrate's --out will not replace one: calibrate/save.py)."""
 _READ_ONCE: dict[str, str] = {}
 """The text of each profile given as a pipe (`--profile <(…)`), which can be read only once, by
 path: the server reads its profile twice (its settings, then its twin's name)."""

@@ -160,11 +160,11 @@ def counts_tokens(settings: Settings, profile: object) -> None:
     try:
         counter_for(settings)
     except TokenizerError as exc:
-        kept = read_settings(profile) if isinstance(profile, Path) else {}
-        said = absent_tokenizer(profile, kept) if isinstance(profile, Path) else None
-        raise click.ClickException(
-            said if said and kept.get("tokenizer") == settings.tokenizer else str(exc)
-        ) from None
+        said = None
+        if isinstance(profile, Path):  # (a --tokenizer typed beside it wins: then its own words)
+            kept = read_settings(profile)
+            said = absent_tokenizer(profile, kept) if kept.get("tokenizer") == settings.tokenizer else None
+        raise click.ClickException(said or str(exc)) from None
 
 
 def hung_up_too(server: Any) -> Any:
