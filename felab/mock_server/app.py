@@ -38,12 +38,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from felab.mock_server import metrics
+from felab.mock_server import metrics, room
 from felab.mock_server.booking import Booking, PracticeModel, Prompt
 from felab.mock_server.config import HEALTH_NAME, Settings
 from felab.mock_server.faults import ERRORS, RETRY_AFTER_S, Faults, StreamCut
 from felab.mock_server.intake import HANG_UP, Admission, HangUp, Intake, hang_up
 from felab.mock_server.replies import CHAT, COMPLETION, DONE, Reply, Shape, reply_text
+from felab.mock_server.room import TooLong, reply_room
 from felab.mock_server.sse import EventStream, Piece
 from felab.mock_server.tokens import counter_for
 from felab.mock_server.twin import FIELD as TWIN_FIELD
@@ -198,22 +199,11 @@ def headers_for(booking: Booking) -> dict[str, str]:
 
 
 def reply_length(req: Sampling, settings: Settings, prompt_tokens: int) -> int:
-    """The reply's length in tokens; a 400 if prompt and reply do not fit the context."""
-    max_tokens = req.reply_limit() or settings.default_max_tokens
-    if settings.seats is not None:
-        return seat_reply_length(settings, prompt_tokens, max_tokens)
-    if max_tokens > settings.context_tokens:  # more than any prompt could leave room for
-        field = "max_completion_tokens" if getattr(req, "max_completion_tokens", None) else "max_tokens"
-        raise invalid(
-            field, f"{max_tokens} is more than the model's context ({settings.context_tokens} tokens)"
-        )
-    if prompt_tokens + max_tokens > settings.context_tokens:
-        message = (
-            f"This model's maximum context length is {settings.context_tokens} tokens; "
-            f"the request has {prompt_tokens} prompt tokens and asks for {max_tokens} more."
-        )
-        raise ApiError(400, message, param=req.prompt_field, code="context_length_exceeded")
-    return max_tokens
+    """The reply's length in tokens; a 400 if prompt and reply do not fit the context (room.py)."""
+    try:
+        return reply_room(settings, prompt_tokens, req.reply_limit() or settings.default_max_tokens)
+    except TooLong as exc:
+        raise too_long(exc, req) from None
 
 
 @dataclass
@@ -229,19 +219,14 @@ class SeatOverflow(ApiError):
         return JSONResponse({"error": error}, status_code=self.status)
 
 
-def seat_reply_length(settings: Settings, prompt_tokens: int, max_tokens: int) -> int:
-    """With seats, as llama.cpp: a prompt must fit one seat's share of the context, else its
-    `exceed_context_size_error`; the reply stops where the seat is full (finish_reason "length")."""
-    n_ctx = settings.context_tokens // (settings.seats or 1)
-    if prompt_tokens >= n_ctx:
-        message = (
-            f"request ({prompt_tokens} tokens) exceeds the available context size ({n_ctx} tokens), "
-            f"try increasing it"
-        )
-        raise SeatOverflow(
-            400, message, "exceed_context_size_error", n_prompt_tokens=prompt_tokens, n_ctx=n_ctx
-        )
-    return min(max_tokens, n_ctx - prompt_tokens)
+def too_long(exc: TooLong, req: Sampling) -> ApiError:
+    """A refusal (room.py) as the modelled engine sends it: llama.cpp's body for a seat, else OpenAI's."""
+    if exc.code == room.SEAT:
+        return SeatOverflow(400, exc.message, exc.code, n_prompt_tokens=exc.prompt_tokens, n_ctx=exc.n_ctx)
+    if exc.code == room.REPLY:
+        field = "max_completion_tokens" if getattr(req, "max_completion_tokens", None) else "max_tokens"
+        return invalid(field, exc.message)
+    return ApiError(400, exc.message, param=req.prompt_field, code=exc.code)
 
 
 def draw_fault(faults: Faults) -> str | None:

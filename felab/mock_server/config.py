@@ -428,7 +428,7 @@ def term_bounds(s: Settings) -> list[tuple[str, float, float, str]]:
     """Each term's setting, its value, its bound and the bound's side ("at most", "at least"): the
     value at which the term takes TERM_SHARE_S on the longest request these settings allow (prompt
     plus reply filling --context-tokens, or with k seats one seat's share of it, C: a request longer
-    than its seat is refused, app.seat_reply_length). From the cost terms (terms/), term by term:
+    than its seat is refused, room.py). From the cost terms (terms/), term by term:
 
         prefill      C / prefill_tps                      prefill_tps >= C / share
         attention    attention · u·(c + u/2) <= attention · C²/2        <= 2 share / C²

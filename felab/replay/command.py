@@ -25,6 +25,7 @@ from felab.errors import FelabError
 from felab.mock_server.config import DEFAULTS, Settings
 from felab.mock_server.flags import SettingType
 from felab.mock_server.profile import UNFLAGGED, profile_option
+from felab.mock_server.twin import from_context
 from felab.paths import from_here, learner_folder, results_dir
 from felab.prices import PRICES, Price, price_for
 from felab.replay import agent, parallel, report, trace
@@ -109,7 +110,7 @@ def run_live(
     from felab.replay import realtime
 
     with live_target(live["target"], live["base_url"], live["model"], s) as (target, own):
-        sender = realtime.Sender(target, s.block_tokens, live["max_tokens"])
+        sender = realtime.Sender(target, s.block_tokens, live["max_tokens"], own)
         tally, wall = realtime.replay(path, trace.read_trace(path, limit), sender, speed, live["workers"])
     if tally.failed and not tally.requests:
         raise FelabError(f"Every request of the replay failed; the first: {tally.first_error}")
@@ -145,13 +146,31 @@ def check_live(ctx: click.Context, name: str | None, base_url: str | None, confi
             "which starts a practice server per configuration; a server started elsewhere runs as it "
             "was started."
         )
-    given = [
-        k.flag for k in KNOBS if ctx.get_parameter_source(k.field) == click.core.ParameterSource.COMMANDLINE
-    ]
+    given = typed(ctx)
     if name and not own and given:
         click.echo(
             f"note: {', '.join(given)} describe the model; the server at the target runs as it was started.",
             err=True,
+        )
+
+
+def typed(ctx: click.Context) -> list[str]:
+    """The model's flags typed on the command line (not a default, not a profile's)."""
+    return [
+        k.flag for k in KNOBS if ctx.get_parameter_source(k.field) == click.core.ParameterSource.COMMANDLINE
+    ]
+
+
+def check_cache_size(ctx: click.Context, configs: list[Settings]) -> None:
+    """--cache-blocks sizes the block cache, which a seat-prefix replica does not have: refused
+    there, rather than swept to the same figures."""
+    if "--cache-blocks" in typed(ctx) and any(s.cache_mode == "seat-prefix" for s in configs):
+        twin = from_context(ctx)
+        whose = f"profile {twin.name}'s, as llama.cpp" if twin else "llama.cpp's"
+        raise click.UsageError(
+            f"--cache-blocks sizes the block cache; with --cache-mode seat-prefix ({whose}) each seat "
+            f"keeps its last prompt instead, so it changes nothing. Sweep --seats instead, or leave "
+            f"--cache-blocks out."
         )
 
 
@@ -238,10 +257,13 @@ def replay_command(ctx: click.Context, trace_path: Path | None, limit: int | Non
     base = replace(DEFAULTS, **ctx.meta.get(UNFLAGGED, {}))  # a --profile's settings replay has no flag for
     configs, swept = configurations({k.field: flags[k.field] for k in KNOBS}, base)
     check_live(ctx, flags["target"], flags["base_url"], configs)
+    check_cache_size(ctx, configs)
     price, whose = the_price(flags["price_in"], flags["price_cached"])
+    twin = from_context(ctx)  # the row names its profile, as a live twin's rows do (results.py)
+    profiled = {"profile": twin.name, "profile_engine": twin.engine} if twin else {}
     rows = []
     for s, got in zip(configs, run_configs(path, limit, configs, swept, price, flags), strict=True):
-        head = {"trace": path.name, "block_tokens": s.block_tokens, "speed": flags["speed"]}
+        head = {"trace": path.name, "block_tokens": s.block_tokens, "speed": flags["speed"], **profiled}
         row = {**head, **got, "prices": whose}
         record("replay", row)
         rows.append(row)

@@ -24,12 +24,16 @@ import threading
 import time
 from array import array
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import openai
+
 from felab.connect import client
+from felab.context_fit import server_error
 from felab.errors import FelabError
-from felab.mock_server.config import MODEL, Settings
+from felab.mock_server.config import DEFAULTS, MODEL, SERVER, Settings
 from felab.mock_server.flags import command_line
 from felab.replay.synth import SMALLEST_BLOCK, prompt_text, template
 from felab.replay.tally import Tally
@@ -44,8 +48,8 @@ WORKERS = 256
 class Sender:
     """Sends requests from worker threads and tallies what came back."""
 
-    def __init__(self, target: Target, block: int, max_tokens: int | None) -> None:
-        self.target, self.block, self.max_tokens = target, block, max_tokens
+    def __init__(self, target: Target, block: int, max_tokens: int | None, own: bool = False) -> None:
+        self.target, self.block, self.max_tokens, self.own = target, block, max_tokens, own
         self.api = client(target)
         self.tally, self.lag_s, self.lock = Tally(), array("d"), threading.Lock()
         # One-time work, done before the first request is due: the chat template's parts, and
@@ -66,9 +70,8 @@ class Sender:
                 self.api, self.target.model, messages, min(reply, self.max_tokens or reply), **extra
             )
         except Exception as exc:  # noqa: BLE001  (FelabError explains; anything else is named)
-            message = exc.message if isinstance(exc, FelabError) else f"{type(exc).__name__}: {exc}"
             with self.lock:
-                self.tally.fail(at_s, message)
+                self.tally.fail(at_s, self.said(exc))
             return
         with self.lock:
             cached = got.cached_tokens
@@ -76,6 +79,16 @@ class Sender:
             self.tally.unreported += cached is None or got.prompt_tokens is None
             prompt = got.prompt_tokens if got.prompt_tokens is not None else request.input_tokens
             self.tally.add(at_s, prompt, cached or 0, got.ttft_ms / 1000, session=request.session)
+
+    def said(self, exc: Exception) -> str:
+        """A failure in words: the kit's explanation (what to change on the server); for the server
+        this replay started (`own`), the server's own words, since its advice to restart that
+        server with other flags is not the learner's to follow: it is gone when the replay ends."""
+        cause = exc.__cause__
+        if self.own and isinstance(cause, openai.APIError):
+            error = server_error(cause)
+            return f"the practice server answered HTTP {error.status}: {error.said}"
+        return exc.message if isinstance(exc, FelabError) else f"{type(exc).__name__}: {exc}"
 
 
 def replay(
@@ -113,5 +126,10 @@ def replay(
 
 def server_flags(s: Settings) -> list[str]:
     """The practice server's flags for these settings, so a real server runs the virtual model's
-    (written from the settings' declarations: only those that differ from the defaults)."""
-    return command_line(s, MODEL)
+    (written from the settings' declarations: only those that differ from the defaults).
+
+    The model's settings, and the context, which decides what is refused (room.py): a profile's
+    small seats refuse here what the virtual replay refuses. How text is counted stays the
+    practice server's (4 characters a token), which synth.py writes the prompts for."""
+    context = replace(DEFAULTS, context_tokens=s.context_tokens)
+    return command_line(s, MODEL) + command_line(context, SERVER)

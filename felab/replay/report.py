@@ -17,6 +17,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from felab.mock_server.config import DEFAULTS
 from felab.replay.sweep import KNOBS, Knob
 from felab.tables import alignment
 
@@ -43,7 +44,7 @@ TIMES = (
     ("send_lag_p99_ms", "sent late\np99 ms", ".1f"),
     ("span_s", "span\ns", ".0f"),
     ("wall_s", "wall\ns", ".2f"),
-    ("x_real_time", "times\nreal time", ".0f"),
+    ("x_real_time", "times\nreal time", "times"),
 )
 OPTIONAL = (
     "failed",
@@ -55,6 +56,9 @@ OPTIONAL = (
     "send_lag_p99_ms",
 )
 """Columns left out when no row has a value (a real-time replay cannot see queues or replicas)."""
+
+FLOATFMT = {"int": ".0f", "times": "g"}
+"""tabulate's format for the columns whose cells are made here (rounded, or written as text)."""
 
 SECONDS_PAST_MS = 10_000
 """A column in ms shows seconds instead once a value in it passes this (an overloaded fleet's
@@ -80,6 +84,8 @@ def knob_cell(knob: Knob, row: dict[str, Any]) -> Any:
     value = row.get(knob.field)
     if knob.field == "cache_ttl_s" and value is None:
         return "never"
+    if knob.field == "cache_blocks" and row.get("cache_mode") == "seat-prefix":
+        return None  # n/a: each seat keeps its last prompt; there is no block cache to size
     return f"{value:,}" if knob.field == "cache_blocks" and isinstance(value, int) else value
 
 
@@ -101,10 +107,12 @@ def one_table(rows: Sequence[dict[str, Any]], swept: Sequence[Knob], columns: Se
                 value = value / 1000
             elif value is not None and fmt == "int":
                 value = round(value)
+            elif value is not None and fmt == "times":  # 4,478 for a virtual hour; 0.12 for a short real one
+                value = f"{value:,.0f}" if value >= 10 else f"{value:.2g}"
             cells.append(value)
         body.append(cells)
     floatfmt = ["g"] * len(knobs)
-    floatfmt += [",.1f" if key in seconds else ".0f" if fmt == "int" else fmt for key, _, fmt in keep]
+    floatfmt += [",.1f" if key in seconds else FLOATFMT.get(fmt, fmt) for key, _, fmt in keep]
     # Numbers (and a missing one's n/a) to the right: every measured column, and a setting's
     # column unless its values are words (the route).
     align = alignment([[cells[i] for cells in body] for i in range(len(knobs))]) + ["right"] * len(keep)
@@ -124,6 +132,8 @@ def tables(rows: Sequence[dict[str, Any]], swept: Sequence[Knob]) -> str:
 def settings_line(row: dict[str, Any], swept: Sequence[Knob]) -> str:
     """The settings every configuration shares, in one line (those the table does not show)."""
     words = [f"{row['block_tokens']}-token blocks", f"speed {row['speed']:g}x"]
+    if row.get("profile"):
+        words.insert(0, f"profile {row['profile']}")
     if row.get("prefill_tps") is None:
         return "settings: " + " · ".join([*words, "the rest as the server was started"])
     shown = {k.field for k in config_knobs(swept)}
@@ -136,7 +146,17 @@ def settings_line(row: dict[str, Any], swept: Sequence[Knob]) -> str:
     ):
         if field not in shown:
             words.append(text)
-    return "settings: " + " · ".join([*words, f"seed {row['seed']}"])
+    return "settings: " + " · ".join([*words, *context_words(row, shown), f"seed {row['seed']}"])
+
+
+def context_words(row: dict[str, Any], shown: set[str]) -> list[str]:
+    """The room a prompt has, when it refuses some (seats of a profile, or a context not the default)."""
+    seats, context = row.get("seats"), row.get("context_tokens")
+    if context is None or "seats" in shown:
+        return []
+    if seats:
+        return [f"{seats} seats of {context // seats:,} tokens"]
+    return [f"context {context:,} tokens"] if context != DEFAULTS.context_tokens else []
 
 
 def overload_note(rows: Sequence[dict[str, Any]]) -> str:
@@ -156,9 +176,15 @@ def overload_note(rows: Sequence[dict[str, Any]]) -> str:
         f"note: {which} cannot keep up: the uncached prompt tokens need more prefill time than the "
         f"trace lasts (prefill busy over 100%), so requests wait longer and longer, and TTFT is "
         f"mostly queue.{held_text} Add replicas (--replicas 8,18,64) or model faster hardware "
-        f"(--prefill-tps; the default, 2,500 tokens/s, is a laptop's; a data-centre GPU reads tens "
-        f"of thousands)."
+        f"(--prefill-tps; {prefill_words(over[0])}; a data-centre GPU reads tens of thousands)."
     )
+
+
+def prefill_words(row: dict[str, Any]) -> str:
+    """The prefill rate a row ran at, against the default (a profile's may be slower than a laptop's)."""
+    default = f"the default, {DEFAULTS.prefill_tps:,.0f} tokens/s, is a laptop's"
+    tps = row.get("prefill_tps")
+    return default if tps in (None, DEFAULTS.prefill_tps) else f"this one read {tps:,.0f} tokens/s, {default}"
 
 
 def failed_note(rows: Sequence[dict[str, Any]]) -> str:

@@ -3,6 +3,7 @@
     for each request, in the trace's order:
         now = its timestamp (divided by --speed)
         finish every reply that ended by now          (events: reply ends)
+        refuse it if it does not fit the context, as the live server does (room.py)
         book it: PracticeModel.book(prompt, reply, arrival=now, now=now)
 
 `PracticeModel` (felab/mock_server/booking.py) is the code that serves live requests:
@@ -41,6 +42,7 @@ from pathlib import Path
 
 from felab.mock_server.booking import Booking, PracticeModel, Prompt
 from felab.mock_server.config import Settings
+from felab.mock_server.room import TooLong, reply_room
 from felab.replay.tally import Tally
 from felab.replay.trace import TraceRequest, check_blocks
 
@@ -92,7 +94,12 @@ def replay(
                 retire(model, tally, booking)
         while pending and final(pending[0][0], now):
             count(tally, *pending.popleft())
-        booking = model.book(prompt_of(request, block), request.output_tokens, now, now)
+        try:
+            reply = reply_room(settings, request.input_tokens, request.output_tokens)
+        except TooLong as exc:  # the live server refuses it with a 400: counted as failed, never timed
+            tally.fail(now, exc.message)
+            continue
+        booking = model.book(prompt_of(request, block), reply, now, now)
         if batched:
             pending.append((booking, now, request.session))  # not the request: its ids may go
         else:

@@ -1,0 +1,88 @@
+"""A replay through a profile is the twin's replay: its seats refuse what the live twin refuses, in
+virtual time as in real time, and its rows and settings line name the profile.
+
+The profile here has llama.cpp's shape (2 seats of 8,192 tokens, seat-prefix cache) and a fast
+prefill, so the real-time half stays short. The first 30 requests of the kit's Mooncake trace
+are 915 to 87,169 tokens long: how many a seat cannot hold is counted from the trace itself,
+not from the kit (none lies within 4 tokens of the seat, the most the real-time text may add).
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+from pathlib import Path
+
+import pytest
+from conftest import run_felab
+
+from felab.replay import report
+
+SEAT = 8192
+PROFILE = f"""[profile]
+schema = 1
+engine = "llama.cpp (a test's)"
+
+[settings]
+prefill_tps = 1000000.0
+cache_mode = "seat-prefix"
+seats = 2
+context_tokens = {2 * SEAT}
+
+[sources]
+seats = "a test's: llama.cpp -np 2 -c {2 * SEAT}"
+"""
+LIMIT = 30
+
+
+def too_long_for_a_seat() -> int:
+    """The trace's own count of prompts a seat cannot hold (llama.cpp: a prompt of a seat or more)."""
+    trace = Path(__file__).parents[1] / "data" / "traces" / "mooncake-conversation.jsonl.xz"
+    with lzma.open(trace, "rt") as f:
+        lengths = [json.loads(line)["input_length"] for _, line in zip(range(LIMIT), f, strict=False)]
+    assert not any(SEAT - 4 <= n < SEAT + 4 for n in lengths)  # clear of the real-time text's slack
+    return sum(n >= SEAT for n in lengths)
+
+
+@pytest.mark.parametrize("mode", ["virtual", "real time"])
+def test_a_profiles_seats_refuse_in_replay_what_the_live_twin_refuses(
+    mode: str, tmp_path: Path, isolated: Path
+) -> None:
+    profile = tmp_path / "two-seats.toml"
+    profile.write_text(PROFILE)
+    live = ("--target", "mock", "--max-tokens", "2") if mode == "real time" else ()
+    out = run_felab("replay", "--profile", str(profile), "--limit", str(LIMIT), "--speed", "10", *live)
+    assert out.returncode == 0, out.stderr
+    row = json.loads((isolated / "replay.jsonl").read_text().splitlines()[-1])
+    refused = too_long_for_a_seat()
+    assert 0 < refused < LIMIT
+    assert (row["failed"], row["requests"]) == (refused, LIMIT - refused)
+    assert f"exceeds the available context size ({SEAT} tokens)" in row["first_error"]
+    assert (row["profile"], row["context_tokens"], row["seats"]) == ("two-seats", 2 * SEAT, 2)
+    assert "settings: profile two-seats" in out.stdout and f"2 seats of {SEAT:,} tokens" in out.stdout
+    assert "Stop it" not in out.stdout  # the server a replay started is gone: no advice to restart it
+
+
+def test_a_cache_size_is_refused_where_seats_keep_the_prompts(tmp_path: Path, isolated: Path) -> None:
+    profile = tmp_path / "two-seats.toml"
+    profile.write_text(PROFILE)
+    out = run_felab("replay", "--profile", str(profile), "--limit", "3", "--cache-blocks", "0,4096")
+    assert out.returncode == 2 and "--cache-blocks sizes the block cache" in out.stderr
+    assert "profile two-seats's" in out.stderr and "Sweep --seats instead" in out.stderr
+    shown = run_felab("replay", "--profile", str(profile), "--limit", "3")
+    assert shown.returncode == 0, shown.stderr
+    first_row = next(line for line in shown.stdout.splitlines() if line.strip().startswith("1 "))
+    assert "4,096" not in first_row and "n/a" in first_row  # no block cache to size
+
+
+def test_times_real_time_keeps_its_figures_below_ten() -> None:
+    base = {"replicas": 1, "route": "affinity", "cache_blocks": 4096, "span_s": 1.0}
+    slow = report.one_table([{**base, "x_real_time": 0.123}], [], report.TIMES)
+    fast = report.one_table([{**base, "x_real_time": 4478.3}], [], report.TIMES)
+    assert slow.splitlines()[-1].endswith("0.12") and fast.splitlines()[-1].endswith("4,478")
+
+
+def test_the_overload_note_names_the_prefill_rate_the_row_ran_at() -> None:
+    over = {"prefill_busy_pct": 140.0, "prefill_tps": 1050.0}
+    assert "this one read 1,050 tokens/s" in report.overload_note([over])
+    assert "this one read" not in report.overload_note([{**over, "prefill_tps": 2500.0}])
