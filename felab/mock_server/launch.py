@@ -98,6 +98,12 @@ def stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
     RUNNING.discard(proc)
 
 
+ABANDONED_GRACE_S = 1.0
+"""How long a server whose user stopped (Ctrl+C) may take to end the streams it has under way
+before it is killed: nobody reads them. (On SIGTERM the practice server ends them gracefully, as
+uvicorn does: a replay's throw-away server behind a queue of long prompts took 10 s.)"""
+
+
 @atexit.register
 def _stop_the_rest() -> None:
     for proc in list(RUNNING):
@@ -141,5 +147,8 @@ def practice_server(*flags: str) -> Iterator[str]:
         try:
             wait_until_serving(base_url, proc)
             yield base_url
+        except BaseException:  # Ctrl+C: its streams under way are abandoned, not waited for
+            stop(proc, grace_s=ABANDONED_GRACE_S)
+            raise
         finally:
-            stop(proc)
+            stop(proc)  # gone already if stopped above

@@ -10,6 +10,7 @@ Read it in this order; each file holds one idea:
     virtual.py   virtual time: the booking core (mock_server/booking.py) on a clock that jumps
     synth.py     text for a trace that has none: equal hash ids become equal text blocks
     realtime.py  real time: each request sent at its time through felab's own client
+    workers.py   its worker threads, which Ctrl+C does not wait for
     tally.py     what a replay adds up, and the summary row (pure: no printing)
     report.py    the rows as tables
     plot.py      a sweep's picture: hit rate and TTFT p95 against the swept value

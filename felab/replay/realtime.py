@@ -19,7 +19,6 @@ only the server knows (queueing, replicas) is not visible from here: `None` in t
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import threading
 import time
 from array import array
@@ -38,6 +37,7 @@ from felab.mock_server.flags import command_line
 from felab.replay.synth import SMALLEST_BLOCK, prompt_text, template
 from felab.replay.tally import Tally
 from felab.replay.trace import TraceRequest, check_blocks
+from felab.replay.workers import Workers
 from felab.streaming import stream_once
 from felab.targets import Target
 
@@ -107,19 +107,16 @@ def replay(
         )
     origin: float | None = None
     t0 = time.perf_counter()
-    with cf.ThreadPoolExecutor(workers, thread_name_prefix="replay") as pool:
-        try:
-            for request in requests:
-                check_blocks(path, request, sender.block)
-                origin = request.arrival_s if origin is None else origin
-                at_s = (request.arrival_s - origin) / speed
-                due = t0 + at_s
-                if (wait := due - time.perf_counter()) > 0:
-                    time.sleep(wait)
-                pool.submit(sender.send, request, due, at_s)
-        except BaseException:  # Ctrl+C or a bad line: send nothing more, let the calls in flight end
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
+    pool = Workers(workers)  # daemon threads: Ctrl+C or a bad line leaves the calls in flight unread
+    for request in requests:
+        check_blocks(path, request, sender.block)
+        origin = request.arrival_s if origin is None else origin
+        at_s = (request.arrival_s - origin) / speed
+        due = t0 + at_s
+        if (wait := due - time.perf_counter()) > 0:
+            time.sleep(wait)
+        pool.submit(sender.send, request, due, at_s)
+    pool.wait()
     sender.tally.send_lag_s = sender.lag_s
     return sender.tally, time.perf_counter() - t0
 
