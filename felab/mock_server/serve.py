@@ -151,7 +151,10 @@ def main(host: str, port: int, **values: Any) -> None:
     )
     config = uvicorn_config(create_app(settings, twin), host, port, settings)  # with connections.py's limits
     logging.getLogger("uvicorn.error").addFilter(HideStreamCuts())  # after Config has set up logging
-    hung_up_too(uvicorn.Server(config)).run()
+    try:
+        hung_up_too(uvicorn.Server(config)).run()
+    except KeyboardInterrupt:  # uvicorn raises Ctrl+C again once it has stopped: the way to stop it
+        print("practice server stopped (Ctrl+C)", flush=True)
 
 
 def counts_tokens(settings: Settings, profile: object) -> None:
