@@ -6,6 +6,7 @@ The real routers are in tests/test_fleet_routers.py (marked `routers`, `make tes
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import make_command
+from conftest import PREFIX_BENCH, make_command, run_script
 from fleet_helpers import all_gone, fleet, free_range, pids, wait_up
 
 from felab.paths import KIT_ROOT
@@ -156,6 +157,27 @@ def test_stats_reads_each_replica_of_the_kit_fleet(isolated: Path) -> None:
         rows = {line.split()[0] + line.split()[1]: line.split() for line in done.stdout.splitlines()[2:4]}
         assert rows["replica0"][2] == "2" and rows["replica1"][2] == "2"  # round-robin: 2 each
         assert "load max/mean over 2 workers: 1.00" in done.stdout
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+def test_lesson_06_through_the_kit_fleet_keeps_all_12_calls_where_the_opening_is(isolated: Path) -> None:
+    # ROUTER=none with its default POLICY (cache_aware) is the kit's model of sglang-router's rule,
+    # as ROUTER=sglang places these calls: all 12 on one replica. It was `--route prefix`, whose
+    # load filter (work since the start) left that replica out at call 11, a cold prefill.
+    base = free_range(1)
+    proc = fleet("-n", "4", "--router", "none", "--port", str(base))
+    try:
+        assert "(--route sglang-cache-aware)" in wait_up(proc)
+        out = run_script(PREFIX_BENCH, "--base-url", f"http://127.0.0.1:{base}/v1")
+        assert out.returncode == 0, out.stderr
+        done = run_fleet("stats")
+        assert done.returncode == 0, done.stderr
+        requests = sorted(int(line.split()[2]) for line in done.stdout.splitlines()[2:6])
+        assert requests == [0, 0, 0, 12], done.stdout
+        calls = json.loads((isolated / "06-prefix.jsonl").read_text().splitlines()[-1])["calls"]
+        assert [c["cached_tokens"] > 0 for c in calls] == [False] + [True] * 11
     finally:
         os.kill(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)

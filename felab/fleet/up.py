@@ -54,8 +54,14 @@ MAX_WORKERS = 32
 """Each worker is a Python process of its own (about 40 MB and a share of the cores): past a
 few dozen a laptop spends its time switching between them. More replicas: ROUTER=none."""
 
-ROUTE_FOR_POLICY = {"cache_aware": "prefix", "round_robin": "round-robin", "random": "random"}
-"""ROUTER=none: the kit's route nearest each router policy (any route name of --route works too)."""
+ROUTE_FOR_POLICY = {"cache_aware": "sglang-cache-aware", "round_robin": "round-robin", "random": "random"}
+"""ROUTER=none: the kit's route for each router policy (any route name of --route works too).
+
+`cache_aware`, the default, is the kit's model of sglang-router's own rule (routes_sglang.py, which
+`make fleet-check` compares with the router), so `ROUTER=none` and `ROUTER=sglang` place lesson 06's
+12 calls alike: all on the replica that holds the opening. `POLICY=prefix` is the kit's other
+cache-aware route, whose load filter counts work done since the start: it moves a lone session
+once its replica's lead passes 8 requests' work (call 11 on 4 replicas, docs/fleet.md)."""
 
 
 @dataclass
@@ -120,7 +126,7 @@ def plan(n: int, router: str, policy: str | None, profile: str | None, port: int
                 f"POLICY is one of {', '.join(chosen.policies)}."
             )
     else:
-        policy = ROUTE_FOR_POLICY.get(policy or "cache_aware", policy or "prefix")
+        policy = ROUTE_FOR_POLICY.get(policy or "cache_aware", policy or "sglang-cache-aware")
         if policy not in ROUTES:
             choices = ", ".join(dict.fromkeys([*ROUTE_FOR_POLICY, *ROUTES]))  # (`random` is both)
             raise FelabError(f"ROUTER=none has no route `{policy}`: POLICY is one of {choices}.")
