@@ -19,6 +19,7 @@ import pytest
 from conftest import PREFIX_BENCH, make_command, run_script
 from fleet_helpers import all_gone, fleet, free_range, pids, wait_up
 
+from felab.fleet import up
 from felab.paths import KIT_ROOT
 
 
@@ -183,6 +184,41 @@ def test_lesson_06_through_the_kit_fleet_keeps_all_12_calls_where_the_opening_is
         proc.wait(timeout=30)
 
 
+def test_an_earlier_fleets_logs_of_processes_this_one_lacks_are_removed_at_start(isolated: Path) -> None:
+    # a fleet of 4 behind sglang-router ran before; the kit's fleet of 2 starts now
+    isolated.mkdir(parents=True)
+    for name in ("router", "worker-1", "worker-2", "worker-3", "worker-4"):
+        (isolated / f"fleet-{name}.log").write_text(f"{name} of the fleet before\n")
+    (isolated / "fleet-notes.log").write_text("the learner's own file\n")
+    base = free_range(1)
+    proc = fleet("-n", "2", "--router", "none", "--port", str(base))
+    try:
+        wait_up(proc)
+        logs = sorted(p.name for p in isolated.glob("*.log"))
+        assert logs == ["fleet-notes.log", "fleet-server.log"]
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+def test_a_router_fleet_of_2_after_one_of_4_keeps_only_its_own_logs(isolated: Path) -> None:
+    isolated.mkdir(parents=True)
+    for name in ("server", "router", "worker-1", "worker-2", "worker-3", "worker-4", "worker-10"):
+        (isolated / f"fleet-{name}.log").write_text("before\n")
+    removed = up.clear_other_logs(up.plan(2, "sglang", None, None, up.DEFAULT_PORT))
+    assert sorted(p.name for p in removed) == [
+        "fleet-server.log",
+        "fleet-worker-10.log",
+        "fleet-worker-3.log",
+        "fleet-worker-4.log",
+    ]
+    assert sorted(p.name for p in isolated.iterdir()) == [
+        "fleet-router.log",
+        "fleet-worker-1.log",
+        "fleet-worker-2.log",
+    ]
+
+
 def test_check_with_a_router_the_kit_does_not_model_is_one_message() -> None:
     text = one_message(run_fleet("check", "--router", "vllm"))
     assert "no modelled route for --router vllm" in text and "--router sglang" in text
@@ -218,7 +254,6 @@ def test_a_port_still_closing_is_free_for_a_fleet_and_one_listened_on_is_not() -
     # fleet started again then was refused ("port 8780 … is taken"), and `make fleet-stop` found
     # nothing to stop. The servers bind with SO_REUSEADDR; so does the check.
     from felab.errors import FelabError
-    from felab.fleet import up
 
     port = free_range(1)
     server = socket.socket()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -196,6 +197,33 @@ def fresh_log(role: str) -> Path:
     return log
 
 
+FLEET_LOG = re.compile(r"fleet-(router|server|worker-[0-9]+)\.log")
+"""The names `log_of` gives (any other file in results/ is the learner's, and left alone)."""
+
+
+def roles(p: Plan) -> list[str]:
+    """The processes this fleet starts, by role: the one server (ROUTER=none), or the router and
+    each worker."""
+    return ["server"] if p.router is None else ["router", *(f"worker {i}" for i in range(1, p.n + 1))]
+
+
+def clear_other_logs(p: Plan) -> list[Path]:
+    """Remove the logs of processes an earlier fleet had and this one has not, and return them:
+    after a fleet of 4, `fleet-worker-3.log` and `-4.log` would otherwise lie beside a fleet of
+    2's logs, their last lines read as this fleet's. Run once the fleet may start (no other
+    fleet runs from this folder, its ports are free), before `fresh_log` empties its own."""
+    ours = {log_of(role) for role in roles(p)}
+    folder = results_dir()
+    others = [
+        path
+        for path in (sorted(folder.glob("fleet-*.log")) if folder.is_dir() else [])
+        if FLEET_LOG.fullmatch(path.name) and path not in ours
+    ]
+    for path in others:
+        path.unlink(missing_ok=True)
+    return others
+
+
 def worker_command(p: Plan, port: int, replicas: int = 1) -> list[str]:
     cmd = [sys.executable, "-m", "felab.mock_server", "--port", str(port)]
     if replicas > 1:
@@ -331,6 +359,7 @@ def run(p: Plan) -> int:
     """Start the fleet, announce it, and watch it until a signal or a process ends; then stop all."""
     one_fleet()
     check_ports(p)
+    clear_other_logs(p)
     with stopped_by_signals():
         fleet = start_fleet(p)
         owner = os.getpid()
