@@ -43,9 +43,17 @@ this run; `record()` then writes, in every row of that target:
     during         `calibrate` when a calibration was sending to the same server while this
                    run did (its requests share the server's seats and cache: a variable-first
                    run measured 2.5 where 1.0 is expected), so the page leaves the run out
+    fleet          a run sent to a fleet's URL (`make fleet`): the fleet that served it, as
+                   `sglang-router cache_aware, 4 workers` or `the kit's fleet
+                   sglang-cache-aware, 4 replicas`; `profile` and `profile_engine` too when its
+                   workers are twins (a router lists the model without the twin's card)
 
 so a twin's rows are never taken for the plain practice server's (course/numbers.py groups
-by `profile`), and a run against another model than asked is seen as one. `busy()` is how
+by `profile`), nor a fleet's (it groups by `fleet` too), and a run against another model than
+asked is seen as one. A fleet is known by the state file it writes while it runs
+(`results/fleet.json`, felab/fleet/processes.py): its URL on the run's port of this machine,
+and its watching process still the one that wrote it (a fleet killed without its `fleet-stop`
+leaves a file that names no fleet). `busy()` is how
 calibrate says it is sending: a small file under `results/.busy/` while it runs, named by its
 process id, so a calibration that was killed leaves a file no live process owns, and it is
 passed over.
@@ -61,7 +69,8 @@ copy from another machine): `iter_records()` reads a line at a time (memory boun
 row, at most MAX_ROW_BYTES), keeps every good line and skips each bad one, naming it on
 stderr once per run (`results/06-prefix.jsonl:7: skipped, not JSON ...`). A row is good when
 it is a JSON object whose fields the kit groups by are strings: `target` (always there), and
-`model`, `order`, `ts`, `profile` when present (`model`, `order` and `profile` may be null).
+`model`, `order`, `ts`, `profile`, `fleet` when present (`model`, `order`, `profile` and
+`fleet` may be null).
 """
 
 from __future__ import annotations
@@ -73,12 +82,14 @@ import json
 import os
 import re
 import sys
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from felab import this_run
 from felab.errors import FelabError
+from felab.fleet.processes import is_ours, read_state, recorded
 from felab.paths import results_dir
 from felab.redact import redact_all
 
@@ -157,11 +168,13 @@ def alive(pid: int) -> bool:
 
 def note_served(target: str, base_url: str, asked: str, models: list[dict[str, Any]] | None) -> None:
     """Keep what `target`'s server listed at GET /v1/models (None: it did not say) for the rows
-    this run records for it: the model it reports, and the twin's profile if it is one; and
-    whether a calibration is sending to it as the run starts (`busy_with`)."""
+    this run records for it: the model it reports, and the twin's profile if it is one; whether
+    a calibration is sending to it as the run starts (`busy_with`); and the fleet it is, if its
+    address is a running fleet's (`fleet_fields`)."""
     during = busy_with(base_url)
     if models is None:
-        SERVED[target] = (asked, base_url, {"during": during} if during else {})
+        said = {"during": during} if during else {}
+        SERVED[target] = (asked, base_url, {**said, **fleet_fields(base_url, said)})
         return
     ids = [m.get("id") for m in models if isinstance(m.get("id"), str)]
     card = next((m for m in models if m.get("id") == asked), models[0] if len(models) == 1 else None)
@@ -176,7 +189,59 @@ def note_served(target: str, base_url: str, asked: str, models: list[dict[str, A
         fields["profile_engine"] = twin.get("engine") if isinstance(twin.get("engine"), str) else None
     if during:
         fields["during"] = during
-    SERVED[target] = (asked, base_url, fields)
+    SERVED[target] = (asked, base_url, {**fields, **fleet_fields(base_url, fields)})
+
+
+def fleet_fields(base_url: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """`fleet` (and the twin its workers are, unless the server said already) when `base_url` is
+    the URL of the fleet running from this kit folder; nothing otherwise."""
+    state = fleet_at(base_url)
+    if state is None:
+        return {}
+    found: dict[str, Any] = {"fleet": fleet_named(state)}
+    twin = state.get("twin")
+    if "profile" not in fields and isinstance(twin, dict) and isinstance(twin.get("name"), str):
+        found["profile"] = twin["name"]
+        found["profile_engine"] = twin.get("engine") if isinstance(twin.get("engine"), str) else None
+    return found
+
+
+def fleet_at(base_url: str) -> dict[str, Any] | None:
+    """The state of the fleet that serves `base_url` now (`make fleet`'s `results/fleet.json`), or
+    None: no fleet runs, it serves another port, or its file outlived it."""
+    state = read_state()
+    if state is None or not isinstance(state.get("url"), str) or not same_server(state["url"], base_url):
+        return None
+    watcher = next((p for p in recorded(state) if p.role == "fleet"), None)
+    return state if watcher is not None and is_ours(watcher) else None
+
+
+LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
+
+
+def same_server(url: str, other: str) -> bool:
+    """Whether two addresses reach one server: the same port on the same host, every name of
+    this machine's loopback alike (`http://localhost:8780/v1` is `http://127.0.0.1:8780/v1`)."""
+
+    def where(address: str) -> tuple[str | None, int | None]:
+        try:
+            parts = urllib.parse.urlsplit(address)
+            port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+        except ValueError:  # a port that is no number
+            return None, None
+        host = "loopback" if parts.hostname in LOOPBACK_NAMES else parts.hostname
+        return host, port
+
+    return where(url)[0] is not None and where(url) == where(other)
+
+
+def fleet_named(state: dict[str, Any]) -> str:
+    """The fleet as a row names it: what it wrote (`fleet`), or for a state file without it
+    (written by an older kit) its router and the count of its workers."""
+    if isinstance(state.get("fleet"), str):
+        return state["fleet"]
+    workers = sum(1 for p in state.get("processes", []) if isinstance(p, dict) and p.get("role") != "fleet")
+    return f"{state.get('router')} router, {workers} processes"
 
 
 def served_fields(row: dict[str, Any]) -> dict[str, Any]:
@@ -254,7 +319,7 @@ def not_recorded(path: Path, exc: OSError, data: bytes) -> NotRecorded:
     )
 
 
-TEXT_FIELDS = {"target": False, "model": True, "order": True, "ts": False, "profile": True}
+TEXT_FIELDS = {"target": False, "model": True, "order": True, "ts": False, "profile": True, "fleet": True}
 """Fields read as text (grouped by, compared, shown): each must be a string; True: null allowed too."""
 
 _told: set[tuple[str, int]] = set()

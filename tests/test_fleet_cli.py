@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import PREFIX_BENCH, make_command, run_script
+from conftest import PREFIX_BENCH, make_command, run_felab, run_script
 from fleet_helpers import all_gone, fleet, free_range, pids, wait_up
 
 from felab.fleet import up
@@ -217,6 +217,42 @@ def test_a_router_fleet_of_2_after_one_of_4_keeps_only_its_own_logs(isolated: Pa
         "fleet-worker-1.log",
         "fleet-worker-2.log",
     ]
+
+
+def test_a_run_through_a_fleet_is_recorded_as_the_fleets_and_numbers_keeps_it_apart(
+    isolated: Path, fresh_mock: str
+) -> None:
+    # The learner's own run on one practice server, then the same step through the kit's fleet,
+    # addressed as `localhost` (the fleet says 127.0.0.1): before, both rows were `mock` alone,
+    # and `make numbers` showed the fleet's in place of the single server's.
+    assert run_script(PREFIX_BENCH, "--base-url", fresh_mock, "--quick").returncode == 0
+    base = free_range(1)
+    proc = fleet("-n", "2", "--router", "none", "--port", str(base))
+    try:
+        wait_up(proc)
+        out = run_script(PREFIX_BENCH, "--base-url", f"http://localhost:{base}/v1", "--quick")
+        assert out.returncode == 0, out.stderr
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    single, through = (json.loads(line) for line in (isolated / "06-prefix.jsonl").read_text().splitlines())
+    assert "fleet" not in single
+    assert through["fleet"] == "the kit's fleet sglang-cache-aware, 2 replicas"
+    shown = run_felab("numbers").stdout
+    rows = [line.split("  ")[0] for line in shown.splitlines() if line.startswith("mock")]
+    assert rows == ["mock", "mock via the kit's fleet sglang-cache-aware, 2 replicas"], shown
+
+
+def test_a_fleets_state_file_left_by_a_killed_fleet_names_no_fleet(isolated: Path, fresh_mock: str) -> None:
+    # A fleet killed with SIGKILL leaves results/fleet.json; a server started later on its port
+    # is not that fleet.
+    port = fresh_mock.rsplit(":", 1)[1].split("/")[0]
+    isolated.mkdir(parents=True)
+    gone = {"role": "fleet", "pid": 2**22 + 7, "url": fresh_mock, "command": ["x"], "shown": "x"}
+    state = {"url": f"http://127.0.0.1:{port}/v1", "fleet": "sglang-router cache_aware, 4 workers"}
+    (isolated / "fleet.json").write_text(json.dumps({**state, "processes": [gone]}))
+    assert run_script(PREFIX_BENCH, "--base-url", fresh_mock, "--quick").returncode == 0
+    assert "fleet" not in json.loads((isolated / "06-prefix.jsonl").read_text())
 
 
 def test_check_with_a_router_the_kit_does_not_model_is_one_message() -> None:

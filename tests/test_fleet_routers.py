@@ -6,6 +6,7 @@ tests skip, saying why. Each test starts real processes on loopback only.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -150,6 +151,29 @@ def test_make_fleet_runs_lesson_06_without_naming_a_model_and_stops_every_proces
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_a_run_through_sglang_router_in_front_of_twins_is_recorded_as_the_fleets_twin(isolated: Path) -> None:
+    # The router lists the model without the workers' twin card: the fleet's state file says both.
+    base = free_range(4)
+    profile = KIT_ROOT / "data" / "profiles" / "lesson-mac.toml"
+    proc = fleet("-n", "2", "--router", "sglang", "--port", str(base), "--profile", str(profile))
+    try:
+        wait_up(proc)
+        done = subprocess.run(
+            [sys.executable, str(PREFIX_BENCH), "--base-url", f"http://127.0.0.1:{base}/v1", "--quick"],
+            cwd=PREFIX_BENCH.parent,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+    row = json.loads((isolated / "06-prefix.jsonl").read_text().splitlines()[-1])
+    assert row["fleet"] == "sglang-router cache_aware, 2 workers"
+    assert row["profile"] == "lesson-mac" and row["profile_engine"].startswith("llama.cpp")
 
 
 def test_the_modelled_route_agrees_with_sglang_router_on_lesson_shaped_work() -> None:

@@ -1,20 +1,17 @@
-"""Your numbers: the latest recorded cold row of each lesson, per target, twin and order.
+"""Your numbers: the latest recorded cold row of each lesson, per target, twin, fleet and order.
 
 Every run appends a line to `results/<key>.jsonl` (key `06-prefix` belongs to
-lesson 06). For the wrap-up only the latest cold run of each (target, twin, order)
+lesson 06). For the wrap-up only the latest cold run of each (target, twin, fleet, order)
 counts (a run whose call 1 was already cached, `warm_start`, is flagged and
 used only when there is no cold one), so that is what `make numbers` prints,
 ready to copy. A twin's runs (a practice server started with --profile, which
 results.py records as `profile`) are rows of their own, never the practice
-server's; a lesson's fields take only runs that are its step (`left_out`: not a
-twin's, not --quick, not one made while calibrate shared the server). Where runs
+server's, and so are a fleet's (a run sent to `make fleet`'s URL, which results.py
+records as `fleet`: `mock via sglang-router cache_aware, 4 workers`); a lesson's fields
+take only runs that are its step (`left_out`: not a twin's, not a fleet's, not --quick, not
+one made while calibrate shared the server). Where runs
 recorded each call's TTFT, a picture is drawn beside the results:
-`results/<key>-ttft.png`, one panel per target (a twin its own), one line per order.
-
-Which recorded value fills which of a lesson's numbers is declared in the lesson's
-folder, `lessons/NN-slug/numbers.toml` (`declared()` reads them all): `make numbers`
-and the course pages (make bundle) read the same declarations.
-"""
+`results/<key>-ttft.png`, one panel per target (a twin and a fleet their own), one line per order."""
 
 from __future__ import annotations
 
@@ -42,11 +39,12 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: the same parser, from PyPI (pyproject.toml installs it there)
     import tomli as tomllib
 
-GROUP_BY = ("target", "profile", "order", "mode")
+GROUP_BY = ("target", "profile", "fleet", "order", "mode")
 """A row replaces an earlier one when these fields match (the ones it has): lesson 06's
 prefix_bench rows differ by `order`, its affinity_bench rows by `mode` (one row per mode a run);
 a twin's rows (a practice server started with --profile: results.py records its `profile`) are
-their own rows, never the plain practice server's."""
+their own rows, never the plain practice server's; so are a fleet's (a run through `make
+fleet`'s URL: results.py records its `fleet`), one group per router, policy and size."""
 
 
 # ── Each lesson's numbers: which recorded value fills which field ───────────
@@ -138,10 +136,13 @@ def warm(row: dict[str, Any]) -> bool:
 def left_out(row: dict[str, Any], source: Source) -> str | None:
     """Why a run that matches a field's `where` is not the lesson's step, or None if it is.
 
-    A twin's run (its `profile`) is the twin's, not the server the field names; a `--quick` run
+    A twin's run (its `profile`) is the twin's, not the server the field names, and a fleet's
+    (its `fleet`) is several servers behind a router, not that one; a `--quick` run
     has 3 questions, not the step's 12; a run `during` a calibration shared the server with it."""
     if row.get("profile") is not None and "profile" not in source.where:
         return f"it ran on a twin (profile {row['profile']}), not on {row.get('target')} itself"
+    if row.get("fleet") is not None and "fleet" not in source.where:
+        return f"it ran through a fleet ({row['fleet']}), not on one {row.get('target')} server"
     if row.get("quick") is True:
         return "it was a --quick run (3 calls, not the lesson's 12): run the step without --quick"
     if isinstance(row.get("during"), str):
@@ -320,7 +321,7 @@ def _groups(
 
 
 def latest(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The last cold row of each (target, twin, order), in the order they were first seen; a group
+    """The last cold row of each (target, twin, fleet, order), in the order they were first seen; a group
     that only has warm runs (call 1 already cached) shows its last one."""
     return list(_groups(rows)[0].values())
 
@@ -347,17 +348,19 @@ def scalars(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def server_of(row: dict[str, Any]) -> str:
-    """The server a row measured, for people: its target, and the twin's profile if it ran on one
-    (`mock, twin lesson-mac`)."""
-    twin = row.get("profile")
-    return f"{row.get('target')}, twin {twin}" if twin is not None else str(row.get("target"))
+    """The server a row measured, for people: its target, the twin's profile if it ran on one, and
+    the fleet if it went through one (`mock, twin lesson-mac`; `mock via sglang-router
+    cache_aware, 4 workers`)."""
+    twin, fleet = row.get("profile"), row.get("fleet")
+    said = f"{row.get('target')}, twin {twin}" if twin is not None else str(row.get("target"))
+    return f"{said} via {fleet}" if fleet is not None else said
 
 
 def for_people(row: dict[str, Any]) -> dict[str, Any]:
-    """`scalars(row)` with the twin in its target column, so a twin's row reads as its own."""
+    """`scalars(row)` with the twin and the fleet in its target column, so their rows read as their own."""
     shown = scalars(row)
-    shown.pop("profile", None)
-    shown.pop("profile_engine", None)
+    for name in ("profile", "profile_engine", "fleet"):
+        shown.pop(name, None)
     return {**shown, "target": server_of(row)}
 
 
@@ -391,11 +394,12 @@ def as_json(found: dict[str, list[dict[str, Any]]]) -> str:
 
 
 def as_text(found: dict[str, list[dict[str, Any]]]) -> str:
-    """A table per key (latest cold run per target and order), then each lesson's numbers to write down."""
+    """A table per key (latest cold run per target, twin, fleet and order), then each lesson's numbers
+    to write down."""
     parts = []
     for key, rows in ((k, rs) for k, rs in found.items() if LESSON_KEY.match(k)):
         lesson = key.split("-", 1)[0]
-        parts.append(f"lesson {lesson} · {key} (latest cold run per target, twin and order)\n")
+        parts.append(f"lesson {lesson} · {key} (latest cold run per target, twin, fleet and order)\n")
         parts.append(table([for_people(r) for r in rows]))
         parts += [*warm_lines(iter_records(key)), ""]
     for lesson, fields in declared().items():

@@ -4,11 +4,16 @@ A fleet is a handful of processes (N practice servers and a router) that must al
 together, whatever stops the fleet: Ctrl+C in its terminal, SIGTERM or SIGHUP (the terminal
 closed), or `make fleet-stop` from another one. Two rules make that safe:
 
-- Each process starts in a new session (`start_new_session`), so its PID is also its process
-  group's id: stopping the group stops it and anything it started, and nothing else.
+- Each process starts in a new session (`start_new_session`, up.py's `start`), so its PID is
+  also its process group's id: stopping the group stops it and anything it started, and
+  nothing else.
 - `make fleet-stop` reads the PIDs from the state file the fleet wrote (`results/fleet.json`)
   and stops a PID only if it is still the process the fleet started: its command line is
   compared first, since a PID is reused once its process is gone.
+
+This module reads and writes that file and stops what it lists, and needs nothing of the kit but
+where results/ is: a lesson's run reads the file too, to record the fleet it went through
+(felab/results.py).
 """
 
 from __future__ import annotations
@@ -22,7 +27,6 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from felab.mock_server import launch
 from felab.paths import results_dir
 
 
@@ -40,20 +44,6 @@ class Started:
     def seen(self) -> Started:
         """This process, with its command line as `ps` shows it now."""
         return replace(self, shown=command_of(self.pid) or "")
-
-
-def start(
-    role: str, command: list[str], url: str, log: Path | None = None
-) -> tuple[Started, subprocess.Popen]:
-    """Start `command` in a session of its own (its output to `log`, or nowhere)."""
-    out = log.open("ab") if log is not None else subprocess.DEVNULL
-    try:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    finally:
-        if log is not None:
-            out.close()  # type: ignore[union-attr]  # the child has its own copy
-    launch.RUNNING.add(proc)  # stopped when Python exits, if nothing stopped it before
-    return Started(role, proc.pid, url, command), proc
 
 
 def state_file() -> Path:

@@ -40,13 +40,13 @@ from felab.fleet.processes import (
     is_ours,
     read_state,
     recorded,
-    start,
     state_file,
     write_state,
 )
 from felab.fleet.routers import ROUTERS, Router
 from felab.mock_server import launch
 from felab.mock_server.config import MAX_REPLICAS, MODEL_ID, ROUTES
+from felab.mock_server.twin import of_profile
 from felab.paths import from_here, results_dir
 from felab.tables import table
 
@@ -89,6 +89,15 @@ class Fleet:
     popens: list[subprocess.Popen] = field(default_factory=list)
     model: str = MODEL_ID
     started_s: float = 0.0
+
+
+def named(p: Plan) -> str:
+    """The fleet as a run recorded through it names it (results.py's `fleet`; `make numbers`
+    shows it): `sglang-router cache_aware, 4 workers`, or `the kit's fleet sglang-cache-aware,
+    4 replicas` (ROUTER=none: one server, the route its POLICY names)."""
+    if p.router is None:
+        return f"the kit's fleet {p.policy}, {p.n} replica{'s' if p.n != 1 else ''}"
+    return f"{p.router.binary} {p.policy}, {p.n} worker{'s' if p.n != 1 else ''}"
 
 
 def usage() -> str:
@@ -222,6 +231,21 @@ def clear_other_logs(p: Plan) -> list[Path]:
     for path in others:
         path.unlink(missing_ok=True)
     return others
+
+
+def start(
+    role: str, command: list[str], url: str, log: Path | None = None
+) -> tuple[Started, subprocess.Popen]:
+    """Start `command` in a session of its own (its output to `log`, or nowhere): its PID is its
+    process group's, which `stop_fleet` and `make fleet-stop` stop (processes.py)."""
+    out = log.open("ab") if log is not None else subprocess.DEVNULL
+    try:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    finally:
+        if log is not None:
+            out.close()  # type: ignore[union-attr]  # the child has its own copy
+    launch.RUNNING.add(proc)  # stopped when Python exits, if nothing stopped it before
+    return Started(role, proc.pid, url, command), proc
 
 
 def worker_command(p: Plan, port: int, replicas: int = 1) -> list[str]:
@@ -365,7 +389,13 @@ def run(p: Plan) -> int:
         owner = os.getpid()
         try:
             watcher = Started("fleet", owner, fleet.url, [sys.executable, *sys.argv])
-            extra = {"owner": owner, "url": fleet.url, "router": p.router.name if p.router else "none"}
+            extra = {
+                "owner": owner,
+                "url": fleet.url,
+                "router": p.router.name if p.router else "none",
+                "fleet": named(p),  # what a run through it records (results.py)
+                "twin": of_profile(p.profile).card() if p.profile else None,
+            }
             write_state([q.seen() for q in (watcher, *fleet.processes)], extra)
             print(announce(p, fleet), flush=True)
             while True:
