@@ -22,18 +22,22 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from typing import Any, cast
 
 import click
 import openai
 
-from felab.connect import url_source, with_scheme
+from felab.connect import model_ids, url_source, with_scheme
 from felab.course.lessons import LESSONS_DIR, discover
+from felab.engine_families.family import port_of
 from felab.errors import (
     EXIT_ERROR,
     FelabError,
@@ -49,7 +53,7 @@ from felab.mock_server.launch import practice_server
 from felab.paths import KIT_ROOT, from_here, load_env, make_target
 from felab.results import iter_records, results_path
 from felab.tables import table
-from felab.targets import TARGETS, configured_model, default_url, key_status, start_command
+from felab.targets import LOOPBACK, TARGETS, configured_model, default_url, key_status, start_command
 
 PREFIX_BENCH = LESSONS_DIR / "06-prefix-caching" / "prefix_bench.py"
 
@@ -141,6 +145,9 @@ def check() -> None:
         except ReplyStopped as exc:  # a limit of the kit's: one row, and the message under the table
             status, model_shown = "up, but its answer was not readable (see below)", model or "?"
             notes.append(f"note: {exc.message}")
+        except NotOpenAI as exc:  # something answers there, but not the server the target expects
+            status, model_shown = "something else answers: not an OpenAI-compatible server (see below)", "-"
+            notes.append(f"note: {exc.message}")
         rows.append({"target": name, "url": url, "status": status, "model": model_shown})
     click.echo(table(rows))
     for note in notes:
@@ -149,22 +156,78 @@ def check() -> None:
 
 def probe(name: str, url: str, model: str | None) -> tuple[str, str]:
     """Whether the server at `url` is up, and the model a script would ask it for. Its answer is
-    read within the kit's limits (felab/guarded.py): one that passes them is a ReplyStopped."""
+    read within the kit's limits (felab/guarded.py): one that passes them is a ReplyStopped. A
+    server that answers `GET /v1/models` with anything but JSON (a web page, a file) is some other
+    program, not the OpenAI-compatible server the target expects: a NotOpenAI that says what to do."""
     http = cast(Any, guarded_client(f"the {name} server at {url}", 2.0))  # as connect.client()'s
     api = openai.OpenAI(base_url=url, api_key="not-needed", max_retries=0, timeout=2.0, http_client=http)
     try:
-        ids = [m.id for m in api.models.list()]
-    except openai.APIStatusError as exc:  # answering, but /v1/models is not what we expect
-        return f"up (HTTP {exc.status_code} on /v1/models)", model or "?"
+        reply = api.models.with_raw_response.list()  # as sent: a page that is no list is seen as one
+    except openai.APIStatusError as exc:
+        if exc.status_code == 404 or "json" not in exc.response.headers.get("content-type", ""):
+            raise not_openai_server(name, url, exc.status_code, exc.response.headers) from None
+        return f"up (HTTP {exc.status_code} on /v1/models)", model or "?"  # an LLM server's refusal (a key)
     except openai.OpenAIError as exc:
         if (stopped := stopped_by(exc)) is not None:
             raise stopped from exc
         return f"down (start: {start_command(name, url)})", model or "asked from the server"
+    try:
+        ids = model_ids(json.loads(reply.text))
+    except ValueError:  # not JSON at all
+        ids = None
+    if ids is None:
+        raise not_openai_server(name, url, reply.status_code, reply.headers)
     if model is None:
         return "up", ", ".join(ids[:3]) or "no model"
     if ids and model not in ids and model != TARGETS[name].model:  # a FELAB_<TARGET>_MODEL it does not serve
         return f"up, but it serves {', '.join(ids[:3])}", model
     return "up", model
+
+
+class NotOpenAI(FelabError):
+    """A program answers at a target's address, but not as an OpenAI-compatible server."""
+
+
+def not_openai_server(name: str, url: str, status: int, headers: Mapping[str, str]) -> NotOpenAI:
+    """What answered at `url` (its `Server` header, its status and the kind of page), that it is
+    not the server target `name` expects, and what to do: free the port for it, or start it on a
+    free port and point the target there; for an address on another machine, check it."""
+    server = headers.get("server")
+    who = f"a program that calls itself `{server}`" if server else "a program that does not name itself"
+    kind = headers.get("content-type", "").split(";")[0].strip() or "no content type"
+    expected = "the practice server" if name == "mock" else f"a {name} server"
+    said = (
+        f"{who} answers at {url}, but it is not the OpenAI-compatible server the {name} target expects "
+        f"({expected}): GET /v1/models gave HTTP {status} and a reply of {kind}, not OpenAI's list of models "
+        f"(JSON). "
+    )
+    variable = url_source(name)
+    port = port_of(url)
+    if not LOOPBACK.match(url) or port is None:
+        return NotOpenAI(said + f"Check the address: {variable} (in .env or the shell) names {url}.")
+    other = free_port_after(port)
+    moved = url.replace(f":{port}", f":{other}", 1)
+    here = start_command(name, url)
+    return NotOpenAI(
+        said
+        + (f"Stop that program, then start {expected} on port {port}: `{here}`. " if here else "")
+        + f"Or leave it, and start {expected} on a free port, `{start_command(name, moved)}`, with "
+        f"{variable}={moved} in .env (or the shell)."
+    )
+
+
+def free_port_after(port: int) -> int:
+    """The first port above `port` that nothing listens on at 127.0.0.1 now (bound as the servers
+    bind, SO_REUSEADDR: a port whose last connections are still closing is free)."""
+    for candidate in range(port + 1, min(port + 200, 65536)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+            return candidate
+    return port + 1
 
 
 def _run_script(script: str, *args: str, env: dict[str, str] | None = None) -> int:
