@@ -9,6 +9,14 @@ EXTRA = $(VENV)/.installed-$(1)
 # The folder the learner typed `make` in (make -C and 03-labs/ run this file from the kit folder):
 # the kit writes the commands it prints for that folder (felab/paths.py, from_here).
 export FELAB_CALLER_DIR ?= $(PWD)
+# A variable typed on make's command line that a target does not read would be dropped without a
+# word (`make replay REPLICAS=8` replayed one replica): a target that takes ARGS refuses it, saying
+# the flag it meant. (FELAB_*, PYTHON, and PY, VENV and STAMP, which tests set, are read by every target.)
+TYPED = $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v)))
+UNREAD = $(filter-out $(1) FELAB_% PYTHON PY VENV STAMP,$(TYPED))
+AS_FLAGS = $(strip $(ARGS) $(foreach v,$(call UNREAD,$(1)),--$(shell echo '$(v)' | tr 'A-Z_' 'a-z-') $($(v))))
+COMMA := ,
+REFUSE_UNREAD = $(if $(call UNREAD,$(1)),@echo 'error: make $@ reads $(1) only$(COMMA) not $(call UNREAD,$(1)). Flags go in ARGS: make $@ ARGS="$(call AS_FLAGS,$(1))" (make $@ ARGS=--help lists them).' >&2; exit 2)
 
 .DEFAULT_GOAL := help
 .PHONY: help setup demo mock check smoke bench test lint numbers new-lesson fw-check bundle bundle-serve \
@@ -42,7 +50,7 @@ demo: $(STAMP) ## lesson 06 on the practice server: opening first and time first
 	@$(PY) -m felab demo
 
 mock: $(STAMP) ## the practice server in the foreground on port 8765, or make mock PORT=9000; PROFILE=f: a calibrated twin (Ctrl+C stops it)
-	@$(PY) -m felab.mock_server $(if $(PORT),--port "$(PORT)") $(if $(PROFILE),--profile "$(if $(filter /%,$(PROFILE)),$(PROFILE),$(FELAB_CALLER_DIR)/$(PROFILE))")
+	@$(PY) -m felab.mock_server $(if $(PORT),--port "$(PORT)") $(if $(PROFILE),--profile "$(PROFILE)")
 
 check: $(STAMP) ## which servers are up, each target's URL and model, whether FIREWORKS_API_KEY is set
 	@$(PY) -m felab check
@@ -61,8 +69,9 @@ fw-check: $(call EXTRA,fireworks) ## anything on Fireworks still billing, and th
 replay: export FELAB_MAKE_TARGET = replay
 bundle-serve: export FELAB_MAKE_TARGET = bundle-serve
 
-replay: $(call EXTRA,plot) $(if $(findstring --scheduler,$(ARGS)),$(call EXTRA,cluster)) ## a production trace through the practice server's model: make replay TRACE=f ARGS="--replicas 1,8"
-	@$(PY) -m felab replay $(TRACE) $(ARGS)
+replay: $(call EXTRA,plot) $(if $(findstring --scheduler,$(ARGS)),$(call EXTRA,cluster)) ## a production trace through the practice server's model: make replay TRACE=f PROFILE=f ARGS="--replicas 1,8"
+	$(call REFUSE_UNREAD,TRACE PROFILE ARGS)
+	@$(PY) -m felab replay $(TRACE) $(if $(PROFILE),--profile "$(PROFILE)") $(ARGS)
 
 cluster: $(call EXTRA,cluster) ## install Dask for sweeps on several machines: replay --scheduler (docs/replay.md)
 	@echo "Dask is installed. Start a scheduler ($(VENV)/bin/dask scheduler), a worker on each machine"
@@ -70,6 +79,7 @@ cluster: $(call EXTRA,cluster) ## install Dask for sweeps on several machines: r
 	@echo "  make replay ARGS=\"--replicas 8,18,64 --route random,prefix --scheduler tcp://HOST:8786\""
 
 calibrate: $(call EXTRA,plot) ## measure a server, write a profile for the practice server: make calibrate TARGET=llamacpp ARGS="--check f"
+	$(call REFUSE_UNREAD,TARGET ARGS)
 	@$(PY) -m felab calibrate --target $(or $(TARGET),llamacpp) $(ARGS)
 
 # The routers extra is one binary per router from PyPI: say what to do when it cannot be had.
@@ -79,7 +89,7 @@ $(VENV)/.installed-routers: $(STAMP)
 	@touch $@
 
 fleet: $(if $(filter none,$(ROUTER)),$(STAMP),$(call EXTRA,routers)) ## practice servers behind a real router: make fleet N=4 ROUTER=sglang|vllm|none [POLICY=cache_aware PROFILE=f PORT=8780] (Ctrl+C stops all)
-	@$(PY) -m felab fleet -n "$(or $(N),4)" --router "$(or $(ROUTER),sglang)" $(if $(POLICY),--policy "$(POLICY)") $(if $(PORT),--port "$(PORT)") $(if $(PROFILE),--profile "$(if $(filter /%,$(PROFILE)),$(PROFILE),$(FELAB_CALLER_DIR)/$(PROFILE))")
+	@$(PY) -m felab fleet -n "$(or $(N),4)" --router "$(or $(ROUTER),sglang)" $(if $(POLICY),--policy "$(POLICY)") $(if $(PORT),--port "$(PORT)") $(if $(PROFILE),--profile "$(PROFILE)")
 
 fleet-stop: $(STAMP) ## stop the running fleet: only the processes it started, by PID
 	@$(PY) -m felab fleet stop

@@ -327,3 +327,13 @@ def test_a_second_fleet_from_the_same_folder_is_refused_while_the_first_runs(iso
     finally:
         os.kill(first.pid, signal.SIGTERM)
         assert first.wait(timeout=30) == 0
+
+
+def test_a_fleets_profile_is_read_from_the_folder_make_was_typed_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `make fleet PROFILE=mine.toml` runs at the kit's root; the path is the learner's folder's
+    # (FELAB_CALLER_DIR), read by the fleet as by the server and the replay, not joined by make.
+    (tmp_path / "mine.toml").write_text((KIT_ROOT / "data" / "profiles" / "lesson-mac.toml").read_text())
+    monkeypatch.setenv("FELAB_CALLER_DIR", str(tmp_path))
+    assert up.plan(2, "none", None, "mine.toml", 20000).profile == tmp_path / "mine.toml"

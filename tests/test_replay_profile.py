@@ -14,7 +14,7 @@ import lzma
 from pathlib import Path
 
 import pytest
-from conftest import run_felab
+from conftest import KIT, run_felab, run_make
 
 from felab.replay import report
 
@@ -86,3 +86,19 @@ def test_the_overload_note_names_the_prefill_rate_the_row_ran_at() -> None:
     over = {"prefill_busy_pct": 140.0, "prefill_tps": 1050.0}
     assert "this one read 1,050 tokens/s" in report.overload_note([over])
     assert "this one read" not in report.overload_note([{**over, "prefill_tps": 2500.0}])
+
+
+LESSON06 = KIT / "lessons" / "06-prefix-caching"
+
+
+def test_make_replay_refuses_a_variable_it_would_not_read(isolated: Path) -> None:
+    # `make replay REPLICAS=8` replayed one replica, the variable dropped without a word.
+    out = run_make(LESSON06, "replay", "REPLICAS=8", "ARGS=--limit 3")
+    assert out.returncode != 0 and 'make replay ARGS="--limit 3 --replicas 8"' in out.stderr, out.stderr
+    assert not (isolated / "replay.jsonl").exists()  # nothing replayed in its place
+
+
+def test_make_replay_takes_a_profile_typed_in_a_lesson_folder(isolated: Path) -> None:
+    out = run_make(LESSON06, "replay", "PROFILE=../../data/profiles/lesson-mac.toml", "ARGS=--limit 3 --json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[-1])["profile"] == "lesson-mac"

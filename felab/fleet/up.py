@@ -47,7 +47,7 @@ from felab.fleet.routers import ROUTERS, Router
 from felab.mock_server import launch
 from felab.mock_server.config import MAX_REPLICAS, MODEL_ID, ROUTES
 from felab.mock_server.twin import of_profile
-from felab.paths import from_here, results_dir
+from felab.paths import from_here, learner_folder, results_dir
 from felab.tables import table
 
 DEFAULT_PORT = 8780
@@ -142,7 +142,7 @@ def plan(n: int, router: str, policy: str | None, profile: str | None, port: int
             raise FelabError(f"ROUTER=none has no route `{policy}`: POLICY is one of {choices}.")
     path = None
     if profile:
-        path = Path(profile).expanduser()
+        path = learner_folder() / Path(profile).expanduser()  # as typed there: make runs at the kit's root
         if not path.is_file():
             raise FelabError(
                 f"no profile at {path}: PROFILE names a timing profile written by `make calibrate` "
