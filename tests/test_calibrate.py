@@ -398,7 +398,10 @@ def test_a_written_profile_reads_back_as_the_same_settings(tmp_path: Path) -> No
     ("text", "said"),
     [
         ("[profile\nschema = 1", "is damaged: it is not valid TOML"),
-        ("[settings]\nprefill_tps = 1000.0\n", "has no [profile] table with a schema number"),
+        ("[settings]\nprefill_tps = 1000.0\n", "is not a profile: it has no [profile] table"),
+        ('[project]\nname = "felab"\n', "is not a profile: it has no [profile] table"),  # not "damaged"
+        ("[profile]\nschema = 3.0\n[settings]\n", "its [profile] schema is 3.0, not a whole number"),
+        ("[profile]\n[settings]\n", "its [profile] has no schema"),
         (f"[profile]\nschema = {SCHEMA + 1}\n[settings]\n", "was written by a newer felab"),
         (
             "[profile]\nschema = 1\n[settings]\nwarp_factor = 9\n",

@@ -87,6 +87,24 @@ def test_a_sweep_refuses_an_empty_item_instead_of_dropping_it() -> None:
     assert sweep_values(blocks, "1000, unlimited") == [1000, UNLIMITED]
     with pytest.raises(ValueError, match="--cache-blocks has an empty item in '1000,,2000'"):
         sweep_values(blocks, "1000,,2000")
+    route = next(f for f in fields() if f.name == "route")
+    with pytest.raises(ValueError, match=r"give each value, e\.g\. random,") as err:
+        sweep_values(route, "random,,prefix")  # an example of routes, not of numbers (1,8,18)
+    assert all(sweep_values(route, item) for item in str(err.value).split("e.g. ")[1].split(","))
+
+
+def test_the_tiny_models_install_advice_works_from_a_lesson_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    # It said `make engines` and `.venv/bin/pip install -e '.[engines]'`, which work at the kit's root only.
+    from felab.paths import KIT_ROOT
+    from felab.tiny_model.build import missing_extra
+
+    lesson = KIT_ROOT / "lessons" / "06-prefix-caching"
+    monkeypatch.setenv("FELAB_CALLER_DIR", str(lesson))
+    said = missing_extra()
+    assert "make -C ../.. engines" in said
+    pip, extra = said.split("(or: ")[1].split(" install -e ")
+    assert (lesson / pip).resolve() == (KIT_ROOT / ".venv" / "bin" / "pip").resolve()
+    assert (lesson / extra.split("[")[0].strip("'")).resolve() == KIT_ROOT
 
 
 # ── the calibrated twin's settings: out of --help, in --help-twin, working as ever ──

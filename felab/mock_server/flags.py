@@ -148,7 +148,8 @@ def sweep_values(f: Field, text: str) -> list[Any]:
     """The comma-separated values of one replay flag, each read as its field reads one."""
     parts = [part.strip() for part in text.split(",")]
     if not all(parts):
-        raise ValueError(f"{flag(f)} has an empty item in {text!r}: give each value, e.g. 1,8,18")
+        example = ",".join(f.metadata["choices"][:2]) if f.metadata["choices"] else "1,8,18"
+        raise ValueError(f"{flag(f)} has an empty item in {text!r}: give each value, e.g. {example}")
     return [read(f, part) for part in parts]
 
 

@@ -152,12 +152,25 @@ def parse(path: Path) -> tuple[str, dict[str, Any]]:
             f"the profile {path} is damaged: it nests arrays or tables too deeply to read, which no "
             f"profile does. Calibrate again to write a new one, or restore it from where you copied it."
         ) from None
+    check_schema(path, data)
+    return text, data
+
+
+def check_schema(path: Path, data: dict[str, Any]) -> None:
+    """A `[profile]` table with a schema this kit reads, or the ProfileError that says what is wrong."""
     about = data.get("profile")
-    schema = about.get("schema") if isinstance(about, dict) else None
-    if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
+    if not isinstance(about, dict):  # TOML, but another file's (pyproject.toml, a run's record)
         raise ProfileError(
-            f"the profile {path} is damaged: it has no [profile] table with a schema number, so it "
-            f"was not written by `felab calibrate`. Calibrate again to write a new one."
+            f"{path} is not a profile: it has no [profile] table, which every profile `felab calibrate` "
+            f"writes begins with. Give a profile: one calibrate saved (results/profiles/), or a shipped "
+            f"one: {os.path.relpath(SHIPPED, learner_folder())}."
+        )
+    schema = about.get("schema")
+    if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
+        what = "has no schema" if schema is None else f"schema is {schema!r}, not a whole number of 1 or more"
+        raise ProfileError(
+            f"the profile {path} is damaged: its [profile] {what} (calibrate writes `schema = {SCHEMA}`). "
+            f"Calibrate again to write a new one, or restore it from where you copied it."
         )
     if schema > SCHEMA:
         raise ProfileError(
@@ -165,7 +178,6 @@ def parse(path: Path) -> tuple[str, dict[str, Any]]:
             f"schema {SCHEMA}). Update the kit (`git pull`, then `make setup`), or calibrate again with "
             f"this one."
         )
-    return text, data
 
 
 def lines(text: str) -> list[str]:

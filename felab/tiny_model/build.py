@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import click
 
-from felab.paths import KIT_ROOT
+from felab.paths import KIT_ROOT, from_here, learner_folder
 
 # ── the chat template (Jinja; both llama.cpp and transformers render it) ─────
 # ChatML-shaped. Content is printed verbatim so mlx_lm.cache_prompt's
@@ -354,10 +355,16 @@ def make_tiny_model(out: Path, shape: Shape = Shape(), seed: int = 0) -> Made:
 
 
 DEFAULT_DIR = KIT_ROOT / ".tools" / "tiny-model"
-MISSING = (
-    "The tiny model needs the engines extra (numpy, safetensors, tokenizers, gguf).\n"
-    "Install it with:  make engines   (or: .venv/bin/pip install -e '.[engines]')"
-)
+
+
+def missing_extra() -> str:
+    """What to install, written for the learner's folder (`make -C ../.. engines` in a lesson)."""
+    kit = os.path.relpath(KIT_ROOT, learner_folder())
+    return (
+        "The tiny model needs the engines extra (numpy, safetensors, tokenizers, gguf).\n"
+        f"Install it with:  {from_here('make engines')}   "
+        f"(or: {from_here('.venv/bin/pip')} install -e '{kit}[engines]')"
+    )
 
 
 @click.command("tiny-model")
@@ -386,7 +393,7 @@ def tiny_model_command(out: Path | None, layers: int, hidden: int, seed: int) ->
     needed = ("gguf", "numpy", "safetensors", "tokenizers")
     missing = [m for m in needed if importlib.util.find_spec(m) is None]
     if missing:
-        raise click.ClickException(f"not installed: {', '.join(missing)}.\n{MISSING}")
+        raise click.ClickException(f"not installed: {', '.join(missing)}.\n{missing_extra()}")
     shape = Shape(
         layers=layers, hidden=hidden, heads=hidden // 32, kv_heads=max(1, hidden // 64), ffn=3 * hidden
     )
