@@ -102,3 +102,14 @@ def test_make_replay_takes_a_profile_typed_in_a_lesson_folder(isolated: Path) ->
     out = run_make(LESSON06, "replay", "PROFILE=../../data/profiles/lesson-mac.toml", "ARGS=--limit 3 --json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.splitlines()[-1])["profile"] == "lesson-mac"
+
+
+def test_a_refusal_names_the_setting_the_profile_brought() -> None:
+    # `--seats none` next to lesson-mac: "give --seats too" alone left the learner asking where
+    # --cache-mode seat-prefix came from (the profile).
+    mac = str(KIT / "data" / "profiles" / "lesson-mac.toml")
+    out = run_felab("replay", "--profile", mac, "--seats", "none", "--limit", "3")
+    said = "profile lesson-mac sets --cache-mode seat-prefix"
+    assert out.returncode == 2 and said in out.stderr, out.stderr
+    typed = run_felab("replay", "--cache-mode", "seat-prefix", "--limit", "3")
+    assert typed.returncode == 2 and "give --seats too" in typed.stderr and "profile" not in typed.stderr

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from collections.abc import Callable
 from typing import Any
 
 import click
 
 from felab.mock_server.config import DEFAULTS, MODEL, Settings, flag, kind, noun, spell
+from felab.mock_server.profile import PROFILE_PATH
 
 Field = dataclasses.Field
 
@@ -158,7 +160,30 @@ def to_settings(values: dict[str, Any], base: Settings = DEFAULTS) -> Settings:
     try:
         return dataclasses.replace(base, **values)
     except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise click.UsageError(str(exc) + profiles_part(str(exc))) from None
+
+
+def profiles_part(message: str) -> str:
+    """` (--cache-mode seat-prefix is profile lesson-mac's: …)` when a flag the refusal names was
+    set by the command's --profile, not typed: a learner who typed `--seats none` next to it
+    must learn where the other half of the conflict came from."""
+    ctx = click.get_current_context(silent=True)
+    path = ctx.meta.get(PROFILE_PATH) if ctx else None
+    if ctx is None or path is None:
+        return ""
+    declared = {f.name: f for f in fields()}
+    from_it = [
+        p
+        for p in ctx.command.params
+        if p.name in declared
+        and p.name in ctx.params
+        and ctx.get_parameter_source(p.name) == click.core.ParameterSource.DEFAULT_MAP
+        and re.search(rf"{re.escape(p.opts[0])}(?![\w-])", message)
+    ]
+    given = [f"{p.opts[0]} {spell(declared[p.name], ctx.params[p.name])}" for p in from_it if p.name]
+    if not given:
+        return ""
+    return f" (profile {path.stem} sets {', '.join(given)}; a flag typed next to it wins)"
 
 
 def command_line(s: Settings, scope: str | None = None) -> list[str]:
