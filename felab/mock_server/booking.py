@@ -116,7 +116,11 @@ class Booking:
 
     @property
     def reply_end(self) -> float:
-        """When its last reply token is due (its first token, for an empty reply)."""
+        """When its last reply token is due (its first token, for an empty reply). Its turn's
+        `reply_end` while the turn writes the whole reply (a replay asks 145,000 times); after a
+        hang-up cut the turn's reply short, the token the reply booked would have ended with."""
+        if self.prefill.reply == self.reply_tokens:
+            return self.prefill.reply_end
         return self.token_at(max(self.reply_tokens - 1, 0))
 
     def usage(self) -> dict[str, Any]:
