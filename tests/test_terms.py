@@ -233,6 +233,7 @@ def test_a_profile_from_before_the_registry_that_sets_a_changed_term_is_refused(
     assert (
         "Run `python -m felab calibrate --target llamacpp --base-url http://127.0.0.1:8081/v1` again" in said
     )
+    assert "--base-url is the address it was measured at" in said  # the server may run elsewhere now
     # Through the practice server's --profile: one message, exit 2, no traceback.
     out = CliRunner().invoke(serve.main, ["--profile", str(old)])
     assert out.exit_code == 2 and "made by an earlier felab" in out.output and "Traceback" not in out.output

@@ -293,6 +293,8 @@ def old_meaning(path: Path, data: dict[str, Any], values: dict[str, Any]) -> str
     if isinstance(url, str) and re.fullmatch(r"https?://[\w.:/-]+", url):
         command += f" --base-url {url}"
     which = "" if named else " (with the --target of the server it was measured on)"
+    if " --base-url " in command:  # where it was measured, which may not be where it runs now
+        which += " (--base-url is the address it was measured at: give the server's address now if it moved)"
     return (
         f"the profile {path} was made by an earlier felab (profile schema {about['schema']}), and it "
         f"sets {' and '.join(changed)}, which this kit reads differently: cached_token_us is now added "
