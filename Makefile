@@ -10,13 +10,12 @@ EXTRA = $(VENV)/.installed-$(1)
 # the kit writes the commands it prints for that folder (felab/paths.py, from_here).
 export FELAB_CALLER_DIR ?= $(PWD)
 # A variable typed on make's command line that a target does not read would be dropped without a
-# word (`make replay REPLICAS=8` replayed one replica): a target that takes ARGS refuses it, saying
-# the flag it meant. (FELAB_*, PYTHON, and PY, VENV and STAMP, which tests set, are read by every target.)
+# word (`make replay REPLICAS=8` replayed one replica). A target whose flags go in ARGS hands felab
+# what it reads and the names of the others, which felab refuses (felab/make_vars.py); make puts
+# their values in the environment. (FELAB_*, PYTHON, and PY, VENV and STAMP, which tests set, are
+# read by every target.)
 TYPED = $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v)))
 UNREAD = $(filter-out $(1) FELAB_% PYTHON PY VENV STAMP,$(TYPED))
-AS_FLAGS = $(strip $(ARGS) $(foreach v,$(call UNREAD,$(1)),--$(shell echo '$(v)' | tr 'A-Z_' 'a-z-') $($(v))))
-COMMA := ,
-REFUSE_UNREAD = $(if $(call UNREAD,$(1)),@echo 'error: make $@ reads $(1) only$(COMMA) not $(call UNREAD,$(1)). Flags go in ARGS: make $@ ARGS="$(call AS_FLAGS,$(1))" (make $@ ARGS=--help lists them).' >&2; exit 2)
 
 .DEFAULT_GOAL := help
 .PHONY: help setup demo mock check smoke bench test lint numbers new-lesson fw-check bundle bundle-serve \
@@ -67,10 +66,13 @@ fw-check: $(call EXTRA,fireworks) ## anything on Fireworks still billing, and th
 # Targets whose messages differ when typed through make (felab/paths.py, make_target): flags go in
 # ARGS; bundle-serve builds first, and the build then says the pages are served next, not how to.
 replay: export FELAB_MAKE_TARGET = replay
+replay: export FELAB_MAKE_READS := TRACE PROFILE ARGS
+replay: export FELAB_MAKE_UNREAD = $(call UNREAD,TRACE PROFILE ARGS)
+calibrate: export FELAB_MAKE_READS := TARGET ARGS
+calibrate: export FELAB_MAKE_UNREAD = $(call UNREAD,TARGET ARGS)
 bundle-serve: export FELAB_MAKE_TARGET = bundle-serve
 
 replay: $(call EXTRA,plot) $(if $(findstring --scheduler,$(ARGS)),$(call EXTRA,cluster)) ## a production trace through the practice server's model: make replay TRACE=f PROFILE=f ARGS="--replicas 1,8"
-	$(call REFUSE_UNREAD,TRACE PROFILE ARGS)
 	@$(PY) -m felab replay $(TRACE) $(if $(PROFILE),--profile "$(PROFILE)") $(ARGS)
 
 cluster: $(call EXTRA,cluster) ## install Dask for sweeps on several machines: replay --scheduler (docs/replay.md)
@@ -79,7 +81,6 @@ cluster: $(call EXTRA,cluster) ## install Dask for sweeps on several machines: r
 	@echo "  make replay ARGS=\"--replicas 8,18,64 --route random,prefix --scheduler tcp://HOST:8786\""
 
 calibrate: $(call EXTRA,plot) ## measure a server, write a profile for the practice server: make calibrate TARGET=llamacpp ARGS="--check f"
-	$(call REFUSE_UNREAD,TARGET ARGS)
 	@$(PY) -m felab calibrate --target $(or $(TARGET),llamacpp) $(ARGS)
 
 # The routers extra is one binary per router from PyPI: say what to do when it cannot be had.

@@ -94,8 +94,20 @@ LESSON06 = KIT / "lessons" / "06-prefix-caching"
 def test_make_replay_refuses_a_variable_it_would_not_read(isolated: Path) -> None:
     # `make replay REPLICAS=8` replayed one replica, the variable dropped without a word.
     out = run_make(LESSON06, "replay", "REPLICAS=8", "ARGS=--limit 3")
-    assert out.returncode != 0 and 'make replay ARGS="--limit 3 --replicas 8"' in out.stderr, out.stderr
+    assert out.returncode != 0 and "make replay ARGS='--limit 3 --replicas 8'" in out.stderr, out.stderr
     assert not (isolated / "replay.jsonl").exists()  # nothing replayed in its place
+    # A name close to one it reads is that one; a name that is no flag is not made into one.
+    typo = run_make(LESSON06, "replay", "PROFLE=mine.toml", "N=2")
+    assert "Did you mean PROFILE= for PROFLE=?" in typo.stderr and "There is no flag --n" in typo.stderr
+    assert "ARGS='--n" not in typo.stderr
+
+
+def test_a_refused_variables_value_is_never_run(tmp_path: Path, isolated: Path) -> None:
+    # The refusal once echoed the value inside shell quotes: a quote in it ran the rest.
+    marker = tmp_path / "ran"
+    out = run_make(LESSON06, "replay", f"REPLICAS=x'; touch {marker}; echo '")
+    assert out.returncode != 0 and "would drop REPLICAS" in out.stderr, out.stderr
+    assert not marker.exists()
 
 
 def test_make_replay_takes_a_profile_typed_in_a_lesson_folder(isolated: Path) -> None:

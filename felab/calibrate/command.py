@@ -42,6 +42,7 @@ from felab.calibrate.probes import (
 from felab.calibrate.save import ProfileNotWritten, check_out
 from felab.connect import client, resolve, served_model
 from felab.errors import FelabError
+from felab.make_vars import refuse_unread
 from felab.mock_server.launch import practice_server
 from felab.mock_server.profile import ProfileError, absent_tokenizer, load, read_settings
 from felab.paths import from_here, learner_folder
@@ -551,6 +552,7 @@ def calibrate_command(
       python -m felab calibrate --check results/profiles/llamacpp-....toml --target llamacpp
       make mock PROFILE=results/profiles/llamacpp-....toml
     """
+    refuse_unread(click.get_current_context())  # `make calibrate SEATS=4`: a variable make would drop
     here = learner_folder()  # paths as typed there (`make calibrate ARGS=...` runs at the kit's root)
     check_path, out, picture = (here / p if p is not None else None for p in (check_path, out, picture))
     settings = profile_settings(check_path) if check_path is not None else None  # before any request

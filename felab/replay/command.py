@@ -22,6 +22,7 @@ from typing import IO, Any
 import click
 
 from felab.errors import FelabError
+from felab.make_vars import refuse_unread
 from felab.mock_server.config import DEFAULTS, Settings
 from felab.mock_server.flags import SettingType
 from felab.mock_server.profile import UNFLAGGED, profile_option
@@ -250,6 +251,7 @@ def replay_command(ctx: click.Context, trace_path: Path | None, limit: int | Non
       python -m felab replay --limit 100 --speed 20 --prefill-tps 100000 --target mock
       python -m felab replay --profile data/profiles/lesson-mac.toml --replicas 1,18
     """
+    refuse_unread(ctx)  # `make replay REPLICAS=8`: a make variable this target would drop
     path = trace.MOONCAKE if trace_path is None else learner_folder() / trace_path  # as typed there
     guard_paid(flags["target"], limit)
     if flags[FROM_TRACE] is None:
