@@ -35,13 +35,13 @@ seats = "a test's: llama.cpp -np 2 -c {2 * SEAT}"
 LIMIT = 30
 
 
-def too_long_for_a_seat() -> int:
-    """The trace's own count of prompts a seat cannot hold (llama.cpp: a prompt of a seat or more)."""
+def too_long_for_a_seat() -> list[int]:
+    """The trace's own prompts a seat cannot hold (llama.cpp: a prompt of a seat or more), their lengths."""
     trace = Path(__file__).parents[1] / "data" / "traces" / "mooncake-conversation.jsonl.xz"
     with lzma.open(trace, "rt") as f:
         lengths = [json.loads(line)["input_length"] for _, line in zip(range(LIMIT), f, strict=False)]
     assert not any(SEAT - 4 <= n < SEAT + 4 for n in lengths)  # clear of the real-time text's slack
-    return sum(n >= SEAT for n in lengths)
+    return [n for n in lengths if n >= SEAT]
 
 
 @pytest.mark.parametrize("mode", ["virtual", "real time"])
@@ -54,9 +54,11 @@ def test_a_profiles_seats_refuse_in_replay_what_the_live_twin_refuses(
     out = run_felab("replay", "--profile", str(profile), "--limit", str(LIMIT), "--speed", "10", *live)
     assert out.returncode == 0, out.stderr
     row = json.loads((isolated / "replay.jsonl").read_text().splitlines()[-1])
-    refused = too_long_for_a_seat()
+    longer = too_long_for_a_seat()
+    refused = len(longer)
     assert 0 < refused < LIMIT
     assert (row["failed"], row["requests"]) == (refused, LIMIT - refused)
+    assert row["failed_prompt_max"] == max(longer) and f"{LIMIT} requests ({refused} failed)" in out.stdout
     assert f"exceeds the available context size ({SEAT} tokens)" in row["first_error"]
     assert (row["profile"], row["context_tokens"], row["seats"]) == ("two-seats", 2 * SEAT, 2)
     assert "settings: profile two-seats" in out.stdout and f"2 seats of {SEAT:,} tokens" in out.stdout
@@ -125,3 +127,17 @@ def test_a_refusal_names_the_setting_the_profile_brought() -> None:
     assert out.returncode == 2 and said in out.stderr, out.stderr
     typed = run_felab("replay", "--cache-mode", "seat-prefix", "--limit", "3")
     assert typed.returncode == 2 and "give --seats too" in typed.stderr and "profile" not in typed.stderr
+
+
+def test_the_context_the_note_names_holds_every_prompt(tmp_path: Path, isolated: Path) -> None:
+    # The virtual refusal's note said llama.cpp's "try increasing it", and replay had no flag to.
+    profile = tmp_path / "two-seats.toml"
+    profile.write_text(PROFILE)
+    out = run_felab("replay", "--profile", str(profile), "--limit", str(LIMIT))
+    longest = max(too_long_for_a_seat())
+    assert f"The longest prompt that failed has {longest:,} tokens" in out.stdout, out.stdout
+    assert "fits with --context-tokens of more than that" in out.stdout
+    roomy = run_felab("replay", "--profile", str(profile), "--limit", str(LIMIT), "--context-tokens",
+                      str(2 * (longest + 1)), "--json")  # fmt: skip
+    assert roomy.returncode == 0, roomy.stderr
+    assert json.loads(roomy.stdout)["failed"] == 0

@@ -147,4 +147,7 @@ def stop_recorded() -> str:
     with contextlib.suppress(OSError):
         state_file().unlink()
     others = len(listed) - len(watcher)
-    return f"fleet stopped ({others} processes; {len(left)} of them had to be stopped here, by pid)."
+    return (
+        f"fleet stopped ({others} process{'es' if others != 1 else ''}; {len(left)} of them had to be "
+        f"stopped here, by pid)."
+    )

@@ -241,8 +241,9 @@ class Settings:
         low=1, high=MAX_TOKENS, column="block tokens",
     )  # fmt: skip
     context_tokens: int = setting(
-        131_072, "largest prompt + reply, tokens (with --seats: split evenly between the seats)",
-        scope=SERVER, low=1, high=MAX_TOKENS,
+        131_072, "largest prompt + reply, tokens (with --seats: split evenly between the seats); a "
+        "longer request is refused",
+        low=1, high=MAX_TOKENS, column="context tokens",
     )  # fmt: skip
     max_body_bytes: int = setting(
         8 * 1024 * 1024, "largest request body, bytes (a larger one gets 413)",

@@ -272,7 +272,12 @@ def replay_command(ctx: click.Context, trace_path: Path | None, limit: int | Non
         if flags["as_json"]:
             click.echo(json.dumps(row))
     if not flags["as_json"]:
-        click.echo(f"{path.name}: {rows[0]['requests']:,} requests · " + report.settings_line(rows[0], swept))
+        counted = (
+            report.requests_words(rows[0])
+            if len(rows) == 1
+            else f"{report.trace_requests(rows[0]):,} requests"
+        )
+        click.echo(f"{path.name}: {counted} · " + report.settings_line(rows[0], swept))
         click.echo(f"prices: ${price.input:g} per 1M input tokens, ${price.cached:g} cached ({whose})\n")
         click.echo(report.tables(rows, swept))
         for line in (report.overload_note(rows), report.failed_note(rows), picture(rows, swept)):
@@ -288,8 +293,10 @@ def run_configs(
     (parallel.py)."""
     if flags["target"]:
         live = {k: flags[k] for k in ("target", "base_url", "model", "max_tokens", "workers")}
+        own = flags["target"] == "mock" and not flags["base_url"]
         for s in configs:
-            click.echo(f"  replaying {path.name}: {describe(s, swept)} ...", err=True)
+            config = describe(s, swept) if own else "the server as it was started"
+            click.echo(f"  replaying {path.name} on {flags['target']}: {config} ...", err=True)
             yield run_live(path, limit, s, flags["speed"], price, live)
         return
     jobs = min(flags["jobs"] or parallel.cores(), len(configs))
@@ -318,7 +325,8 @@ def run_configs(
 def describe(s: Settings, swept: list[Knob]) -> str:
     """A configuration in a few words, for the progress line."""
     fields = recorded(s)
-    return ", ".join(f"{k.column} {report.knob_cell(k, fields)}" for k in report.config_knobs(swept))
+    cells = {k.column: report.knob_cell(k, fields) for k in report.config_knobs(swept)}
+    return ", ".join(f"{column} {'n/a' if cell is None else cell}" for column, cell in cells.items())
 
 
 def open_for_writing(path: Path) -> IO[str]:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from felab.replay.report import knob_cell
+from felab.replay.report import knob_cell, requests_words
 from felab.replay.sweep import Knob
 
 
@@ -57,7 +57,7 @@ def draw_one(row: dict[str, Any], out: Path) -> Path:
     for ax in (hit, ttft):
         ax.grid(True, axis="y", alpha=0.3)
     fleet = f", {row['replicas']} replicas, route {row['route']}" if row.get("replicas") else ""
-    fig.suptitle(f"{row['trace']}: {row['requests']:,} requests{fleet}")
+    fig.suptitle(f"{row['trace']}: {requests_words(row)}{fleet}")
     return save(fig, out)
 
 
@@ -82,5 +82,5 @@ def draw(rows: Sequence[dict[str, Any]], swept: Sequence[Knob], out: Path) -> Pa
         ax.grid(True, alpha=0.3)
     if others:
         ttft.legend(fontsize="small")
-    fig.suptitle(f"{rows[0]['trace']}: {rows[0]['requests']:,} requests per configuration")
+    fig.suptitle(f"{rows[0]['trace']}: {requests_words(rows[0])}, first configuration")
     return save(fig, out)

@@ -23,7 +23,6 @@ import threading
 import time
 from array import array
 from collections.abc import Iterable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ import openai
 from felab.connect import client
 from felab.context_fit import server_error
 from felab.errors import FelabError
-from felab.mock_server.config import DEFAULTS, MODEL, SERVER, Settings
+from felab.mock_server.config import MODEL, Settings
 from felab.mock_server.flags import command_line
 from felab.replay.synth import SMALLEST_BLOCK, prompt_text, template
 from felab.replay.tally import Tally
@@ -71,7 +70,7 @@ class Sender:
             )
         except Exception as exc:  # noqa: BLE001  (FelabError explains; anything else is named)
             with self.lock:
-                self.tally.fail(at_s, self.said(exc))
+                self.tally.fail(at_s, self.said(exc), request.input_tokens)
             return
         with self.lock:
             cached = got.cached_tokens
@@ -125,8 +124,7 @@ def server_flags(s: Settings) -> list[str]:
     """The practice server's flags for these settings, so a real server runs the virtual model's
     (written from the settings' declarations: only those that differ from the defaults).
 
-    The model's settings, and the context, which decides what is refused (room.py): a profile's
-    small seats refuse here what the virtual replay refuses. How text is counted stays the
-    practice server's (4 characters a token), which synth.py writes the prompts for."""
-    context = replace(DEFAULTS, context_tokens=s.context_tokens)
-    return command_line(s, MODEL) + command_line(context, SERVER)
+    The model's settings, the context among them, which decides what is refused (room.py): a
+    profile's small seats refuse here what the virtual replay refuses. How text is counted stays
+    the practice server's (4 characters a token), which synth.py writes the prompts for."""
+    return command_line(s, MODEL)

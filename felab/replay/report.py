@@ -42,9 +42,9 @@ TIMES = (
     ("prefill_busy_pct", "prefill\nbusy %", ".0f"),
     ("load_max_over_mean", "load\nmax/mean", ".2f"),
     ("send_lag_p99_ms", "sent late\np99 ms", ".1f"),
-    ("span_s", "span\ns", ".0f"),
+    ("span_s", "span\ns", "short"),
     ("wall_s", "wall\ns", ".2f"),
-    ("x_real_time", "times\nreal time", "times"),
+    ("x_real_time", "times\nreal time", "short"),
 )
 OPTIONAL = (
     "failed",
@@ -57,7 +57,7 @@ OPTIONAL = (
 )
 """Columns left out when no row has a value (a real-time replay cannot see queues or replicas)."""
 
-FLOATFMT = {"int": ".0f", "times": "g"}
+FLOATFMT = {"int": ".0f", "short": "g"}
 """tabulate's format for the columns whose cells are made here (rounded, or written as text)."""
 
 SECONDS_PAST_MS = 10_000
@@ -107,7 +107,7 @@ def one_table(rows: Sequence[dict[str, Any]], swept: Sequence[Knob], columns: Se
                 value = value / 1000
             elif value is not None and fmt == "int":
                 value = round(value)
-            elif value is not None and fmt == "times":  # 4,478 for a virtual hour; 0.12 for a short real one
+            elif value is not None and fmt == "short":  # 4,478 for a virtual hour; 0.12 for a short real one
                 value = f"{value:,.0f}" if value >= 10 else f"{value:.2g}"
             cells.append(value)
         body.append(cells)
@@ -152,11 +152,22 @@ def settings_line(row: dict[str, Any], swept: Sequence[Knob]) -> str:
 def context_words(row: dict[str, Any], shown: set[str]) -> list[str]:
     """The room a prompt has, when it refuses some (seats of a profile, or a context not the default)."""
     seats, context = row.get("seats"), row.get("context_tokens")
-    if context is None or "seats" in shown:
+    if context is None or "seats" in shown or "context_tokens" in shown:
         return []
     if seats:
-        return [f"{seats} seats of {context // seats:,} tokens"]
+        return [f"{seats} seat{'s' if seats > 1 else ''} of {context // seats:,} tokens"]
     return [f"context {context:,} tokens"] if context != DEFAULTS.context_tokens else []
+
+
+def trace_requests(row: dict[str, Any]) -> int:
+    """The requests of the trace a row replayed: those timed and those that failed."""
+    return int(row["requests"] + (row.get("failed") or 0))
+
+
+def requests_words(row: dict[str, Any]) -> str:
+    """The trace's requests, and how many of them failed: `12,031 requests (7,929 failed)`."""
+    failed = row.get("failed") or 0
+    return f"{trace_requests(row):,} requests" + (f" ({failed:,} failed)" if failed else "")
 
 
 def overload_note(rows: Sequence[dict[str, Any]]) -> str:
@@ -193,6 +204,16 @@ def failed_note(rows: Sequence[dict[str, Any]]) -> str:
     if not failed:
         return ""
     total = sum(r["failed"] for r in failed)
-    return (
+    note = (
         f"note: {total:,} request(s) failed and are not in the figures; the first: {failed[0]['first_error']}"
     )
+    longest = max((r.get("failed_prompt_max") or 0 for r in failed), default=0)
+    if not longest:
+        return note
+    note += f"\nThe longest prompt that failed has {longest:,} tokens (by the trace)."
+    if all(r.get("prefill_tps") is not None for r in failed):  # a model this replay runs: its flags apply
+        note += (
+            " A prompt refused for its length fits with --context-tokens of more than that (with "
+            "--seats, more than that per seat: each holds context / seats)."
+        )
+    return note

@@ -84,7 +84,6 @@ def configurations(given: dict[str, str], base: Settings) -> tuple[list[Settings
 
 def recorded(s: Settings) -> dict[str, Any]:
     """The settings that shape a replay, as its row records them (`unlimited` spelled out); the
-    block size is the row's own field (known in both modes: the trace's text is cut by it).
-    The context is no flag of replay's, but a profile's decides which prompts are refused."""
-    shown = [*(k.field for k in KNOBS if k.field != "block_tokens"), "context_tokens"]
+    block size is the row's own field (known in both modes: the trace's text is cut by it)."""
+    shown = (k.field for k in KNOBS if k.field != "block_tokens")
     return {f: "unlimited" if getattr(s, f) == UNLIMITED else getattr(s, f) for f in shown}

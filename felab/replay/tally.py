@@ -31,6 +31,8 @@ class Tally:
     requests: int = 0
     failed: int = 0
     first_error: str | None = None
+    failed_prompt_max: int | None = None
+    """The longest prompt of a failed request, by the trace: what a larger context must hold."""
     prompt_tokens: int = 0
     cached_tokens: int = 0
     first_arrival_s: float | None = None
@@ -103,10 +105,13 @@ class Tally:
                 self.same_replica += before == replica
             self.last_replica[session] = replica
 
-    def fail(self, arrival_s: float, message: str) -> None:
-        """Count one request that failed: it is not a measurement, only a count and its message."""
+    def fail(self, arrival_s: float, message: str, prompt_tokens: int | None = None) -> None:
+        """Count one request that failed: it is not a measurement, only a count, its message and
+        its prompt's length."""
         self.failed += 1
         self.first_error = self.first_error or message
+        if prompt_tokens is not None:
+            self.failed_prompt_max = max(self.failed_prompt_max or 0, prompt_tokens)
         self.arrived(arrival_s)
 
     def arrived(self, at_s: float) -> None:
@@ -158,6 +163,7 @@ def summary(
         "requests": t.requests,
         "failed": t.failed,
         "first_error": t.first_error,
+        "failed_prompt_max": t.failed_prompt_max,
         "prompt_tokens": t.prompt_tokens if known else None,
         "cached_tokens": t.cached_tokens if known else None,
         "hit_pct": 100 * t.cached_tokens / t.prompt_tokens if t.prompt_tokens and known else None,

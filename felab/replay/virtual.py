@@ -97,7 +97,7 @@ def replay(
         try:
             reply = reply_room(settings, request.input_tokens, request.output_tokens)
         except TooLong as exc:  # the live server refuses it with a 400: counted as failed, never timed
-            tally.fail(now, exc.message)
+            tally.fail(now, exc.message, request.input_tokens)
             continue
         booking = model.book(prompt_of(request, block), reply, now, now)
         if batched:
