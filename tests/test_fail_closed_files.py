@@ -4,6 +4,7 @@ holds is checked before it is used, and what the kit starts it also stops."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import errno
 import os
@@ -12,9 +13,11 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from click.testing import CliRunner, Result
 from conftest import KIT, make_command, run_make
@@ -518,3 +521,40 @@ def test_ctrl_c_stops_the_practice_server_as_its_banner_says_not_as_an_error() -
             server.kill()
     assert server.returncode == 0 and "Aborted" not in err, err
     assert "practice server stopped (Ctrl+C)" in out and port_is_free("127.0.0.1", port)
+
+
+def metrics(url: str) -> str:
+    return httpx.get(url.removesuffix("/v1") + "/metrics", timeout=5).text
+
+
+@needs_proc
+def test_ctrl_c_stops_the_practice_server_with_streams_under_way_without_waiting_for_them() -> None:
+    # Behind a queue of long prompts (here 200 s each at 10 tokens/s) the server waited for every
+    # stream, saying nothing, and a second Ctrl+C printed a traceback for each one it cancelled.
+    port = free_port()
+    cmd = [sys.executable, "-m", "felab.mock_server", "--port", str(port), "--prefill-tps", "10"]
+    server = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    url = f"http://127.0.0.1:{port}/v1"
+    body = {"model": "felab-practice", "messages": [{"role": "user", "content": "w" * 8000}], "stream": True}
+
+    def ask() -> None:
+        with contextlib.suppress(httpx.HTTPError):  # cut by the stop
+            httpx.post(url + "/chat/completions", json=body, timeout=300)
+
+    try:
+        wait_until_serving(url, server)
+        for _ in range(3):
+            threading.Thread(target=ask, daemon=True).start()
+        deadline = time.monotonic() + 30
+        while not re.search(r"^vllm:num_requests_running\S* [1-9]", metrics(url), re.MULTILINE):
+            assert time.monotonic() < deadline, "no request ever ran"
+            time.sleep(0.05)
+        server.send_signal(signal.SIGINT)
+        out, err = server.communicate(timeout=30)  # before: it waited for every stream (600 s)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert server.returncode == 0 and "Traceback" not in err and "Exception in ASGI" not in err, err
+    assert "stopping: cut" in err and "practice server stopped (Ctrl+C)" in out

@@ -33,6 +33,7 @@ OpenAI's envelope. An HTTP/1.0 client gets a stream without chunks, ended by the
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sized
 from http import HTTPStatus
 from typing import Any
@@ -46,6 +47,11 @@ from felab.mock_server.h2_probe import RefusesHttp2
 from felab.mock_server.intake import ARRIVAL, HANG_UP, HangUp
 from felab.mock_server.waits import clock
 from felab.mock_server.wire import ApiError
+
+STOP_GRACE_S = 2
+"""Ctrl+C (or SIGTERM): the streams under way get this long to end, then are cut, as llama-server
+and vLLM stop without waiting for their queues. Without a bound, a server behind a queue of long
+prompts waited minutes for them, saying nothing."""
 
 MAX_WAITING = 100
 """Requests a connection may have waiting for their replies (sent ahead, HTTP/1.1 pipelining);
@@ -295,4 +301,20 @@ def uvicorn_config(app: Any, host: str, port: int, settings: Settings) -> uvicor
         http=timely_http(settings.request_timeout_s),
         timeout_keep_alive=settings.idle_timeout_s,
         proxy_headers=False,
+        timeout_graceful_shutdown=STOP_GRACE_S,
     )
+
+
+class QuietStop(logging.Filter):
+    """Keep the streams a stop cut out of the log: uvicorn logs each one's cancellation as
+    "Exception in ASGI application" with its traceback (dozens behind a queue). Its one line
+    that counts them stays, in words of the server's stop rather than as an error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if str(record.msg).startswith("Cancel %s running task(s)"):
+            record.msg, record.levelname = (
+                f"stopping: cut %s request(s) still under way after {STOP_GRACE_S} s",
+                "INFO",
+            )
+        return not isinstance(exc, asyncio.CancelledError)

@@ -137,7 +137,7 @@ def main(host: str, port: int, **values: Any) -> None:
     import uvicorn
 
     from felab.mock_server.app import create_app
-    from felab.mock_server.connections import uvicorn_config
+    from felab.mock_server.connections import QuietStop, uvicorn_config
 
     settings = to_settings(values)  # a bad flag is named first, whatever holds the port
     twin = from_context(click.get_current_context())  # --profile's twin, or None (twin.py)
@@ -151,6 +151,7 @@ def main(host: str, port: int, **values: Any) -> None:
     )
     config = uvicorn_config(create_app(settings, twin), host, port, settings)  # with connections.py's limits
     logging.getLogger("uvicorn.error").addFilter(HideStreamCuts())  # after Config has set up logging
+    logging.getLogger("uvicorn.error").addFilter(QuietStop())
     try:
         hung_up_too(uvicorn.Server(config)).run()
     except KeyboardInterrupt:  # uvicorn raises Ctrl+C again once it has stopped: the way to stop it
