@@ -232,5 +232,6 @@ def key_status(env_name: str) -> tuple[str, str | None]:
         key = env_value(env_name)
         if key:
             return f"{env_name} is set but cannot be sent (it contains {unsendable(key)})", exc.message
-        return f"{env_name} is NOT set (see .env.example)", None
+        example = os.path.relpath(paths.KIT_ROOT / ".env.example", paths.learner_folder())
+        return f"{env_name} is NOT set (see {example})", None
     return f"{env_name} is set", None

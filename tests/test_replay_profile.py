@@ -126,7 +126,7 @@ def test_a_refusal_names_the_setting_the_profile_brought() -> None:
     said = "profile lesson-mac sets --cache-mode seat-prefix"
     assert out.returncode == 2 and said in out.stderr, out.stderr
     typed = run_felab("replay", "--cache-mode", "seat-prefix", "--limit", "3")
-    assert typed.returncode == 2 and "give --seats too" in typed.stderr and "profile" not in typed.stderr
+    assert typed.returncode == 2 and "give it --seats N" in typed.stderr and "profile" not in typed.stderr
 
 
 def test_the_context_the_note_names_holds_every_prompt(tmp_path: Path, isolated: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from pathlib import Path
 
@@ -67,7 +68,10 @@ def test_the_server_command_line_for_some_settings_starts_those_settings() -> No
         ({"cache_blocks": 2.5}, "--cache-blocks must be a whole number, not 2.5"),
         ({"cache_ttl_s": 0.0}, "--cache-ttl must be above 0, not 0"),
         ({"seats": 0}, "--seats must be at least 1, not 0"),
-        ({"cache_mode": "seat-prefix"}, "--cache-mode seat-prefix keeps a prompt per seat: give --seats too"),
+        (
+            {"cache_mode": "seat-prefix"},
+            "--cache-mode seat-prefix keeps a prompt per seat: give it --seats N, a number",
+        ),
         ({"route_cache_threshold": 1.5}, "--route-cache-threshold must be at most 1, not 1.5"),
         (
             {"ubatch_tokens": 32, "tile_tokens": 64},
@@ -195,3 +199,20 @@ def test_a_practice_server_started_with_the_twins_flags_books_by_them() -> None:
     masked_ms = 12e-6 * 1047 * 1047 / 2  # 6.6 ms: the square's masked half, one piece
     twin_ms = twin.timing.alone_ms(tokens) - untwinned.timing.alone_ms(tokens)
     assert twin_ms == pytest.approx(attention_ms + masked_ms + rows_ms)
+
+
+def test_paths_in_messages_are_written_for_a_lesson_folder(isolated: Path, tmp_path: Path) -> None:
+    # `make check` said "(see .env.example)" and a TOML file that is not a profile "(results/profiles/)"
+    # in a lesson folder, where neither is.
+    from felab.mock_server.profile import ProfileError, read_settings
+    from felab.paths import KIT_ROOT
+    from felab.targets import key_status
+
+    lesson = KIT_ROOT / "lessons" / "06-prefix-caching"
+    os.environ["FELAB_CALLER_DIR"] = str(lesson)  # (isolated's monkeypatch restores the environment)
+    said, _ = key_status("FIREWORKS_API_KEY")
+    assert "(see ../../.env.example)" in said and (lesson / "../../.env.example").is_file()
+    other = tmp_path / "pyproject.toml"
+    other.write_text('[project]\nname = "x"\n')
+    with pytest.raises(ProfileError, match=r"one calibrate saved \(\.\./\.\./results/profiles/\)"):
+        read_settings(other)

@@ -316,7 +316,7 @@ class Settings:
                 f"every piece would be read a row at a time; give a tile size up to the piece size"
             )
         if self.cache_mode == "seat-prefix" and self.seats is None:
-            raise ValueError("--cache-mode seat-prefix keeps a prompt per seat: give --seats too")
+            raise ValueError("--cache-mode seat-prefix keeps a prompt per seat: give it --seats N, a number")
         if self.host_restore_us > 1e6 / self.prefill_tps:  # (so a request stays within its day too)
             raise ValueError(
                 f"--host-restore-us {self.host_restore_us:g} is more than reading the token again costs "

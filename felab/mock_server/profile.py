@@ -162,7 +162,8 @@ def check_schema(path: Path, data: dict[str, Any]) -> None:
     if not isinstance(about, dict):  # TOML, but another file's (pyproject.toml, a run's record)
         raise ProfileError(
             f"{path} is not a profile: it has no [profile] table, which every profile `felab calibrate` "
-            f"writes begins with. Give a profile: one calibrate saved (results/profiles/), or a shipped "
+            f"writes begins with. Give a profile: one calibrate saved "
+            f"({os.path.relpath(KIT_ROOT / 'results' / 'profiles', learner_folder())}/), or a shipped "
             f"one: {os.path.relpath(SHIPPED, learner_folder())}."
         )
     schema = about.get("schema")
