@@ -132,14 +132,7 @@ def test_make_fleet_runs_lesson_06_without_naming_a_model_and_stops_every_proces
         print(f"{name}: up in {up_s:.1f} s (the fleet says: {shown.splitlines()[0]})")
         listed = pids(isolated)
         assert len(listed) == 6  # the watcher, the router, 4 workers
-        done = subprocess.run(
-            [sys.executable, str(PREFIX_BENCH), "--base-url", f"http://127.0.0.1:{base}/v1", "--quick"],
-            cwd=PREFIX_BENCH.parent,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
+        lesson_through(base)
         stats = subprocess.run(
             [sys.executable, "-m", "felab", "fleet", "stats"], cwd=KIT_ROOT, capture_output=True, text=True
         )
@@ -153,6 +146,18 @@ def test_make_fleet_runs_lesson_06_without_naming_a_model_and_stops_every_proces
             proc.wait()
 
 
+def lesson_through(base: int) -> None:
+    """Lesson 06's script, quick, sent to the fleet whose router listens on `base`."""
+    done = subprocess.run(
+        [sys.executable, str(PREFIX_BENCH), "--base-url", f"http://127.0.0.1:{base}/v1", "--quick"],
+        cwd=PREFIX_BENCH.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_a_run_through_sglang_router_in_front_of_twins_is_recorded_as_the_fleets_twin(isolated: Path) -> None:
     # The router lists the model without the workers' twin card: the fleet's state file says both.
     base = free_range(4)
@@ -160,14 +165,7 @@ def test_a_run_through_sglang_router_in_front_of_twins_is_recorded_as_the_fleets
     proc = fleet("-n", "2", "--router", "sglang", "--port", str(base), "--profile", str(profile))
     try:
         wait_up(proc)
-        done = subprocess.run(
-            [sys.executable, str(PREFIX_BENCH), "--base-url", f"http://127.0.0.1:{base}/v1", "--quick"],
-            cwd=PREFIX_BENCH.parent,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
+        lesson_through(base)
     finally:
         os.kill(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
