@@ -162,6 +162,19 @@ def test_a_term_the_data_does_not_have_is_zero_not_negative() -> None:
     assert any(line.startswith("prefill_attention_ns came out below 0") for line in got.left_out)
 
 
+def test_a_term_fitted_beyond_its_settings_bound_is_left_out_and_said() -> None:
+    # On a busy machine calibrate fitted a decode slowdown of 11.3 where the setting's bound is 10,
+    # and stopped with a ValueError traceback as it built the twin from it.
+    rows = [{fit.OVERHEAD: 0.0, "decode_rate": 1.0, "decode_slowdown": float(k % 4)} for k in range(16)]
+    ms = [1.0 + 20.0 * r["decode_slowdown"] for r in rows]  # a slowdown of 20 (ms per stream / ms)
+    full = fit.Data(rows, ms, [1.0] * 16)
+    halves = (fit.Data(rows[::2], ms[::2], [1.0] * 8), fit.Data(rows[1::2], ms[1::2], [1.0] * 8))
+    got = fit.fit_terms(full, halves)
+    said = "decode_slowdown was left out: it fitted where no setting may be (--decode-slowdown must be"
+    assert any(line.startswith(said) for line in got.left_out), got.left_out
+    assert dataclasses.replace(DEFAULTS, **got.settings()).decode_slowdown == 0.0  # a twin that can be built
+
+
 def test_a_term_that_does_not_improve_the_held_out_error_is_dropped_and_said() -> None:
     # A server with no cost per cached token, its calls after an opening 3% slower or faster at
     # random: fitted on all of them, the cached-token term takes a little of that noise (it comes
