@@ -90,6 +90,12 @@ def run_virtual(
     return {**head, **recorded(s), **summary(tally, loads, price, wall, capacity)}
 
 
+def own_server(name: str | None, base_url: str | None) -> bool:
+    """Whether a real-time replay starts its own practice server (`--target mock`, no --base-url),
+    whose settings are the replay's, or sends to one started elsewhere, as it was started."""
+    return name == "mock" and not base_url
+
+
 @contextlib.contextmanager
 def live_target(name: str, base_url: str | None, model: str | None, s: Settings) -> Iterator[Any]:
     """The target to send to: a throw-away practice server with these settings for `--target mock`
@@ -98,7 +104,7 @@ def live_target(name: str, base_url: str | None, model: str | None, s: Settings)
     from felab.mock_server.launch import practice_server
     from felab.replay.realtime import server_flags
 
-    if name == "mock" and not base_url:
+    if own_server(name, base_url):
         with practice_server(*server_flags(s)) as url:
             yield resolve(argparse.Namespace(target=name, base_url=url, model=model)), True
         return
@@ -140,7 +146,7 @@ def check_live(ctx: click.Context, name: str | None, base_url: str | None, confi
             "--jobs and --scheduler are for virtual time (no --target): a real-time replay measures "
             "wall-clock time, so its configurations run one after another."
         )
-    own = name == "mock" and not base_url
+    own = own_server(name, base_url)
     if name and not own and len(configs) > 1:
         raise click.UsageError(
             "a sweep needs the virtual mode (no --target) or `--target mock` without --base-url, "
@@ -272,11 +278,7 @@ def replay_command(ctx: click.Context, trace_path: Path | None, limit: int | Non
         if flags["as_json"]:
             click.echo(json.dumps(row))
     if not flags["as_json"]:
-        counted = (
-            report.requests_words(rows[0])
-            if len(rows) == 1
-            else f"{report.trace_requests(rows[0]):,} requests"
-        )
+        counted = report.requests_words(rows[0], failures=len(rows) == 1)  # a sweep's differ: the table
         click.echo(f"{path.name}: {counted} · " + report.settings_line(rows[0], swept))
         click.echo(f"prices: ${price.input:g} per 1M input tokens, ${price.cached:g} cached ({whose})\n")
         click.echo(report.tables(rows, swept))
@@ -293,7 +295,7 @@ def run_configs(
     (parallel.py)."""
     if flags["target"]:
         live = {k: flags[k] for k in ("target", "base_url", "model", "max_tokens", "workers")}
-        own = flags["target"] == "mock" and not flags["base_url"]
+        own = own_server(flags["target"], flags["base_url"])
         for s in configs:
             config = describe(s, swept) if own else "the server as it was started"
             click.echo(f"  replaying {path.name} on {flags['target']}: {config} ...", err=True)

@@ -159,15 +159,12 @@ def context_words(row: dict[str, Any], shown: set[str]) -> list[str]:
     return [f"context {context:,} tokens"] if context != DEFAULTS.context_tokens else []
 
 
-def trace_requests(row: dict[str, Any]) -> int:
-    """The requests of the trace a row replayed: those timed and those that failed."""
-    return int(row["requests"] + (row.get("failed") or 0))
-
-
-def requests_words(row: dict[str, Any]) -> str:
-    """The trace's requests, and how many of them failed: `12,031 requests (7,929 failed)`."""
+def requests_words(row: dict[str, Any], failures: bool = True) -> str:
+    """The requests of the trace a row replayed, timed and failed, and (`failures`) how many of them
+    failed: `12,031 requests (7,929 failed)`."""
     failed = row.get("failed") or 0
-    return f"{trace_requests(row):,} requests" + (f" ({failed:,} failed)" if failed else "")
+    words = f"{row['requests'] + failed:,} requests"
+    return words + (f" ({failed:,} failed)" if failures and failed else "")
 
 
 def overload_note(rows: Sequence[dict[str, Any]]) -> str:
