@@ -85,7 +85,7 @@ def test_rows_read_one_at_a_time_follow_the_ubatches_the_seats_make() -> None:
     # 2,053 + 17); in seat 0 the question's ubatch is its own, and the cold prompt's last 152 are tiled.
     question, cold = Piece(17, context=965, seq=2), Piece(664, context=2053, opens=False, seq=3)
     assert untiled.untiled(Step((question, cold)), LLAMA) == 17 * (965 + 17) + 17 * (2053 + 17)
-    apart = Step((dataclasses.replace(question, seq=0), cold))
+    apart = Step((question._replace(seq=0), cold))
     assert untiled.untiled(apart, LLAMA) == 17 * (965 + 17)
     # a reply token in seat 1 goes first in the batch: a ubatch of one row each of seats 1, 2
     # and 3, then 16 rows each of seats 2 and 3

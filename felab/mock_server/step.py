@@ -18,12 +18,12 @@ client-side timings with one least-squares fit over the same basis functions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Piece:
-    """Prompt tokens of one request read in a step."""
+class Piece(NamedTuple):
+    """Prompt tokens of one request read in a step. (A named tuple, not a frozen dataclass: as
+    immutable, and some six times cheaper to make, which counts where a replay forms 76,000 steps.)"""
 
     new: int
     """Prompt tokens read in this step."""
@@ -39,9 +39,9 @@ class Piece:
     decides the ubatches it shares (terms/untiled.py); None: it shares none."""
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One forward pass: the prompt pieces it reads, and the context of each stream it decodes."""
+class Step(NamedTuple):
+    """One forward pass: the prompt pieces it reads, and the context of each stream it decodes
+    (a named tuple, as `Piece`)."""
 
     pieces: tuple[Piece, ...] = ()
     decodes: tuple[int, ...] = ()
