@@ -7,20 +7,24 @@ TTFT is the timing model's 15 ms + uncached tokens / 2,500 tokens a second.
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import math
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import run_felab
 
+from felab.errors import FelabError
 from felab.mock_server.cache import block_keys, tokenize
 from felab.mock_server.config import Settings
 from felab.mock_server.wire import Message, chat_template
 from felab.prices import PRICES
 from felab.replay import agent, synth, trace, virtual
+from felab.replay.collections_paused import REPLAY_THRESHOLD
 from felab.replay.command import PRICED
 from felab.replay.tally import summary
 
@@ -169,6 +173,25 @@ def test_unsorted_timestamps_and_an_empty_file_are_one_message_each(tmp_path: Pa
     assert out.returncode == 2 and "holds no requests" in out.stderr and "Traceback" not in out.stderr
     out = run_felab("replay", str(tmp_path / "nowhere.jsonl"))
     assert out.returncode == 2 and "There is no trace at" in out.stderr
+
+
+def test_a_replay_scans_for_garbage_less_often_and_puts_the_collector_back(tmp_path: Path) -> None:
+    # The collector's threshold is the replay's while it books (collections_paused.py), and is
+    # the program's again after, also when a bad line stops the replay half way.
+    good, bad = json.dumps(line(0, [1])), '{"timestamp": 0, "input_length": 512}'
+    path = tmp_path / "half.jsonl"
+    path.write_text(f"{good}\n{good}\n{bad}\n", encoding="utf-8")
+    before, seen = gc.get_threshold(), []
+
+    def requests() -> Iterator[trace.TraceRequest]:
+        for request in trace.read_trace(path):
+            seen.append((gc.get_threshold()[0], gc.get_freeze_count() > 0))
+            yield request
+
+    with pytest.raises(FelabError, match="line 3: the field `output_length` is missing"):
+        virtual.replay(path, requests(), Settings(block_tokens=512))
+    assert seen == [(REPLAY_THRESHOLD, True)] * 2
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
 
 
 # ── The command ──

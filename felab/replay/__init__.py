@@ -8,6 +8,7 @@ Read it in this order; each file holds one idea:
     trace.py     Mooncake's format: reading a trace in chunks, checking each line, its block size
     sweep.py     the flags: a list in a flag sweeps it, each combination one `Settings`
     virtual.py   virtual time: the booking core (mock_server/booking.py) on a clock that jumps
+    collections_paused.py  the garbage collector scanning less often while it does
     synth.py     text for a trace that has none: equal hash ids become equal text blocks
     realtime.py  real time: each request sent at its time through felab's own client
     workers.py   its worker threads, which Ctrl+C does not wait for
