@@ -270,3 +270,27 @@ def test_a_long_replys_token_gap_counts_half_the_reply_as_context() -> None:
     batched = PracticeModel(dataclasses.replace(s, batch_tokens=2048)).book(Prompt(100, ()), 201, 0.0, 0.0)
     assert batched.interval_s == pytest.approx(1 / 500 + 2000e-9 * 200, rel=1e-12)
     assert getattr(batched.prefill, "gap", None) == pytest.approx(batched.interval_s, rel=1e-12)  # the loop's
+
+
+def test_a_pricer_works_out_the_streams_terms_once_a_streams_tuple_and_each_step_to_the_bit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The loop forms a prompt's steps back to back with one streams tuple: the terms that read
+    # only the streams (the last in TERMS) are worked out once for it, and added in the same order.
+    asked: list[tuple[int, ...]] = []
+    context = next(t for t in TERMS if t.name == "decode_context")
+    counted = dataclasses.replace(
+        context, basis=lambda step, rates: asked.append(step.decodes) or float(sum(step.decodes))
+    )
+    monkeypatch.setattr(terms, "TERMS", tuple(counted if t is context else t for t in TERMS))
+    rates = dataclasses.replace(
+        DEFAULTS, decode_slowdown=0.4, decode_context_ns=600.0, prefill_attention_ns=30.0
+    ).timing
+    streams, other = (1000, 2000), (5000,)
+    steps = [Step((Piece(512, c, opens=not c),), streams) for c in (0, 512, 1024)]
+    steps += [Step((Piece(512),), other), Step((Piece(100),), streams), Step((Piece(100),))]
+    price = terms.pricer(rates)
+    got = [price(s) for s in steps]
+    assert asked == [streams, other, streams, ()]  # once for each run of one tuple
+    assert got == [terms.step_seconds(s, rates) for s in steps]  # each a fresh pricer's, exactly
+    assert got[0] != got[1] != got[2]  # (the pieces' terms are each step's own)

@@ -66,13 +66,28 @@ def coefficients(rates: Rates) -> dict[str, float]:
 def pricer(rates: Rates) -> Callable[[Step], float]:
     """What a step costs under these settings: the sum of its terms, each coefficient worked out
     once (a term at 0 is not asked its basis: a replay prices every request, and with the
-    lesson's settings most terms are 0). The engine loop keeps one for all its steps."""
-    priced = [(t.basis, c) for t in TERMS if (c := t.coefficient(rates))]
+    lesson's settings most terms are 0). The engine loop keeps one for all its steps.
+
+    The terms last in `TERMS` that read only the streams decoding (`Term.streams_only`) are worked
+    out once for each streams tuple: the loop forms a prompt's steps back to back with the same
+    one (loop.py, `_run_on`), so a replay asks them for 60,000 steps and works them out for
+    14,000. They are added in the same order, so each step's sum is the same to the last bit."""
+    priced = [(t, c) for t in TERMS if (c := t.coefficient(rates))]
+    cut = len(priced)
+    while cut and priced[cut - 1][0].streams_only:
+        cut -= 1
+    general = [(t.basis, c) for t, c in priced[:cut]]
+    streams = [(t.basis, c) for t, c in priced[cut:]]
+    last: list = [None, []]  # the decodes tuple priced last (held, so its id is not reused), its parts
 
     def price(step: Step) -> float:
         total = 0.0
-        for basis, c in priced:  # (a loop, not sum over a generator: a replay prices 300,000 steps)
+        for basis, c in general:  # (a loop, not sum over a generator: a replay prices 300,000 steps)
             total += c * basis(step, rates)
+        if step.decodes is not last[0]:
+            last[:] = step.decodes, [c * basis(step, rates) for basis, c in streams]
+        for part in last[1]:
+            total += part
         return total
 
     return price

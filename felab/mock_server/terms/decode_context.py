@@ -14,4 +14,5 @@ TERM = Term(
     probe="decode",
     meaning="each reply token attends to its context",
     formula="decode_context_ns · Σ context of the streams decoding",
+    streams_only=True,
 )

@@ -14,4 +14,5 @@ TERM = Term(
     probe="decode",
     meaning="a step that writes reply tokens",
     formula="1 / decode rate   (a step with any stream decoding)",
+    streams_only=True,
 )

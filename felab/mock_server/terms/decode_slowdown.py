@@ -16,4 +16,5 @@ TERM = Term(
     probe="decode",
     meaning="each further stream decoding slows the step",
     formula="decode_slowdown / decode rate · (streams − 1)",
+    streams_only=True,
 )

@@ -62,3 +62,7 @@ class Term:
     """One line for the docs and --help-twin."""
     formula: str
     """Its part of the step's time, as the docs print it."""
+    streams_only: bool = False
+    """Whether its basis reads nothing but the streams decoding (`Step.decodes`): then it is the
+    same in every step of a run that holds the same streams, and the pricer works it out once
+    for them (terms/__init__.py, `pricer`)."""
