@@ -104,3 +104,20 @@ def test_failed_requests_are_counted_not_timed(isolated) -> None:
     assert "request(s) failed and are not in the figures; the first: The mock server failed" in out.stdout
     rows = [json.loads(line) for line in (isolated / "replay.jsonl").read_text().splitlines()]
     assert 0 < rows[-1]["failed"] < 20 and rows[-1]["requests"] + rows[-1]["failed"] == 20
+
+
+def test_a_refusal_is_advised_for_the_longest_prompt_not_only_the_first(isolated) -> None:
+    # A server of 8,192 tokens: the first prompt refused was advised a restart at 16,384 or
+    # 32,768, which still refuses the longest (87,169 tokens); its own advice is shown too.
+    replay = ("replay", "--speed", "50", "--max-tokens", "2", "--target", "mock", "--base-url")
+    with practice_server("--context-tokens", "8192", "--prefill-tps", "1e6", "--block-tokens", "512") as url:
+        some = run_felab(*replay, url, "--limit", "20")
+    assert some.returncode == 0, some.stderr
+    assert "The longest prompt that failed has 87,169 tokens (by the trace), and failed with: " in some.stdout
+    assert "start it with room for 131,072 tokens" in some.stdout and "Traceback" not in some.stderr
+    with practice_server("--context-tokens", "4096", "--prefill-tps", "1e6", "--block-tokens", "512") as url:
+        every = run_felab(*replay, url, "--limit", "3")  # 6,758, 7,322 and 7,236 tokens: none fits
+    assert every.returncode == 2 and "Every request of the replay failed; the first: " in every.stderr, (
+        every.stderr
+    )
+    assert "The longest prompt that failed has 7,322 tokens (by the trace)" in every.stderr

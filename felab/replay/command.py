@@ -120,7 +120,8 @@ def run_live(
         sender = realtime.Sender(target, s.block_tokens, live["max_tokens"], own)
         tally, wall = realtime.replay(path, trace.read_trace(path, limit), sender, speed, live["workers"])
     if tally.failed and not tally.requests:
-        raise FelabError(f"Every request of the replay failed; the first: {tally.first_error}")
+        longest = report.longest_failure(tally.first_error, tally.failed_prompt_max or 0, tally.longest_error)
+        raise FelabError(f"Every request of the replay failed; the first: {tally.first_error}{longest}")
     settings = recorded(s) if own else dict.fromkeys(recorded(s))
     head = {"mode": "real time", "target": target.name, "model": target.model, "base_url": target.base_url}
     capacity = s.replicas * s.prefill_tps if own else None  # known only for a server started here

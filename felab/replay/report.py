@@ -196,7 +196,8 @@ def prefill_words(row: dict[str, Any]) -> str:
 
 
 def failed_note(rows: Sequence[dict[str, Any]]) -> str:
-    """Failed requests are not in the figures above; say how many, and the first one's message."""
+    """Failed requests are not in the figures above; say how many, and the first one's message
+    (and the longest prompt's, whose advice fits every prompt that failed)."""
     failed = [r for r in rows if r.get("failed")]
     if not failed:
         return ""
@@ -204,13 +205,23 @@ def failed_note(rows: Sequence[dict[str, Any]]) -> str:
     note = (
         f"note: {total:,} request(s) failed and are not in the figures; the first: {failed[0]['first_error']}"
     )
-    longest = max((r.get("failed_prompt_max") or 0 for r in failed), default=0)
-    if not longest:
+    longest = max(failed, key=lambda r: r.get("failed_prompt_max") or 0)
+    if not longest.get("failed_prompt_max"):
         return note
-    note += f"\nThe longest prompt that failed has {longest:,} tokens (by the trace)."
-    if all(r.get("prefill_tps") is not None for r in failed):  # a model this replay runs: its flags apply
+    model = all(r.get("prefill_tps") is not None for r in failed)  # a model this replay runs: its flags apply
+    said = None if model else longest.get("longest_error")  # (a model's refusal is the server's own words)
+    note += longest_failure(failed[0]["first_error"], longest["failed_prompt_max"], said)
+    if model:
         note += (
             " A prompt refused for its length fits with --context-tokens of more than that (with "
             "--seats, more than that per seat: each holds context / seats)."
         )
     return note
+
+
+def longest_failure(first: str | None, tokens: int, said: str | None) -> str:
+    """The line after the first failure's message: the longest prompt that failed, and its own
+    message where that differs (a server's restart advice is sized for the prompt it refused:
+    followed for the first, it may still refuse the longest)."""
+    line = f"\nThe longest prompt that failed has {tokens:,} tokens (by the trace)"
+    return f"{line}, and failed with: {said}" if said and said != first else f"{line}."

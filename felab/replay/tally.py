@@ -33,6 +33,10 @@ class Tally:
     first_error: str | None = None
     failed_prompt_max: int | None = None
     """The longest prompt of a failed request, by the trace: what a larger context must hold."""
+    longest_error: str | None = None
+    """That request's message. A restart it advises fits every prompt that failed; one sized for
+    the first refused may not (a server of 8,192 tokens: 32,768 advised for the first, 87,169 the
+    longest, on the Mooncake trace's first 20)."""
     prompt_tokens: int = 0
     cached_tokens: int = 0
     first_arrival_s: float | None = None
@@ -110,8 +114,8 @@ class Tally:
         its prompt's length."""
         self.failed += 1
         self.first_error = self.first_error or message
-        if prompt_tokens is not None:
-            self.failed_prompt_max = max(self.failed_prompt_max or 0, prompt_tokens)
+        if prompt_tokens is not None and prompt_tokens > (self.failed_prompt_max or 0):
+            self.failed_prompt_max, self.longest_error = prompt_tokens, message
         self.arrived(arrival_s)
 
     def arrived(self, at_s: float) -> None:
@@ -164,6 +168,7 @@ def summary(
         "failed": t.failed,
         "first_error": t.first_error,
         "failed_prompt_max": t.failed_prompt_max,
+        "longest_error": t.longest_error,
         "prompt_tokens": t.prompt_tokens if known else None,
         "cached_tokens": t.cached_tokens if known else None,
         "hit_pct": 100 * t.cached_tokens / t.prompt_tokens if t.prompt_tokens and known else None,
