@@ -291,18 +291,24 @@ class Loop:
         return self.price(Step((Piece(tokens, cached, opens=True, cached=cached),)))
 
     def forget(self, now: float) -> None:
-        """Drop what nothing can move any more: turns whose first token came, steps none needs."""
+        """Drop what nothing can move any more: turns whose first token came, steps none needs,
+        streams whose replies are over."""
         while self.queue and self.queue[0].end <= now:
             self.queue.popleft()
-        while self.steps and self.steps[0].end <= now and all(t.end <= now for t, _ in self.steps[0].parts):
-            step = self.steps.popleft()
+        self._forget_steps(now)
+        if self.streams:  # (the lesson's engine keeps none)
+            over = itertools.takewhile(lambda t: t.end < now - self.span, self.streams.values())
+            for t in list(over):  # (the streams are in order of first token)
+                del self.streams[id(t)]
+
+    def _forget_steps(self, now: float) -> None:
+        """Drop the steps at the front that are over by `now` and hold no turn still to come."""
+        steps = self.steps
+        while steps and steps[0].end <= now and all(t.end <= now for t, _ in steps[0].parts):
+            step = steps.popleft()
             self.before = step.end, step.run
             if self.open and self.open[0] is step:
                 self.open.popleft()
-        if not self.streams:  # (the lesson's engine keeps none)
-            return
-        for t in list(itertools.takewhile(lambda t: t.end < now - self.span, self.streams.values())):
-            del self.streams[id(t)]  # replies over (the streams are in order of first token)
 
     def stop(self, turn: Turn, now: float) -> bool:
         """Its client hung up at `now`: its stream writes no more reply tokens (it leaves the next
@@ -582,21 +588,20 @@ class Loop:
         without working out again who is ready and who decodes. Each holds the streams of the step
         before that have tokens left (back to back, no token comes between them: each writes the
         token after the one it wrote in the step before) and as many of its tokens as fit. The
-        last of them. (A replay's overloaded replica forms some 70,000 an hour of a prompt's piece
+        last of them. (A replay's overloaded replica forms some 60,000 an hour of a prompt's piece
         and three streams.)"""
-        if self.prefill_first or len(step.parts) != 1 or self.batch_tokens is None:
+        if self.prefill_first or self.batch_tokens is None or len(step.parts) != 1:
             return step
-        turn = step.parts[0][0]
-        until = min((t.ready_at for t in turns if t is not turn), default=math.inf)
+        turn, size = step.parts[0][0], self.batch_tokens
+        until = min([t.ready_at for t in turns if t is not turn], default=math.inf)
         streams: tuple[tuple[int, ...], tuple[int | None, ...]] = ((), ())
         while turn.read < turn.tokens and step.end < until:
-            at = step.end
-            decoding = [(t, i) for t in step.decoders if (i := t.marks[-1][0] + 1) < t.reply]
+            at, decoding = step.end, _following(step.decoders)
             if len(decoding) != len(streams[0]):  # (a stream ended: else the same streams, in order)
                 streams = _streams(decoding)
-            room = max(self.batch_tokens - len(decoding), 1)
+            room = max(size - len(decoding), 1)
             k = min(room, turn.tokens - turn.read)
-            piece = Piece(k, turn.cached + turn.read, opens=not turn.read, cached=turn.cached, seq=turn.seat)
+            piece = Piece(k, turn.cached + turn.read, not turn.read, turn.cached, turn.seat)
             step = self._commit(at, Step((piece,), *streams), [(turn, k)], room, decoding, running)
             step.run = at
         return step
@@ -744,6 +749,12 @@ def _decoding(running: list[Turn], clock: float) -> list[tuple[Turn, int]]:
             if (following := index + 1 + t.written(index, clock - at)) < t.reply:
                 out.append((t, following))
     return out
+
+
+def _following(decoders: tuple[Turn, ...]) -> list[tuple[Turn, int]]:
+    """The streams of a step that write in the step right after it (back to back: no token comes
+    between), each with its next token's index: those with tokens left."""
+    return [(t, i) for t in decoders if (i := t.marks[-1][0] + 1) < t.reply]
 
 
 def _streams(decoding: list[tuple[Turn, int]]) -> tuple[tuple[int, ...], tuple[int | None, ...]]:
