@@ -508,6 +508,30 @@ def test_the_practice_server_stops_cleanly(sig: signal.Signals) -> None:
     assert sig != signal.SIGINT or "practice server stopped (Ctrl+C)" in out
 
 
+@needs_proc
+@pytest.mark.parametrize("folder", [KIT / "lessons" / "06-prefix-caching", LABS], ids=["lesson", "03-labs"])
+def test_ctrl_c_on_make_mock_in_a_forwarding_folder_says_stopped_and_no_failure(folder: Path) -> None:
+    # Typed in a lesson folder, `make mock` runs the kit's make inside this folder's: Ctrl+C
+    # reaches both, and this one added "make: *** [Makefile:10: mock] Interrupt" after the
+    # server's "stopped", as if something had failed.
+    port = free_port()
+    argv, env = make_command(folder, "mock", f"PORT={port}")
+    command = subprocess.Popen(
+        argv, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_until_serving(f"http://127.0.0.1:{port}/v1", command)
+        os.killpg(command.pid, signal.SIGINT)  # as a terminal sends Ctrl+C: to the whole group
+        out, err = command.communicate(timeout=20)
+    finally:
+        if command.poll() is None:
+            os.killpg(command.pid, signal.SIGKILL)
+    assert "practice server stopped (Ctrl+C)" in out, out + err
+    assert "***" not in err and "Traceback" not in err, err
+    assert port_is_free("127.0.0.1", port)
+
+
 def metrics(url: str) -> str:
     return httpx.get(url.removesuffix("/v1") + "/metrics", timeout=5).text
 
