@@ -526,11 +526,12 @@ class PracticeModel:
         return True
 
     def reset_caches(self) -> int:
-        """Forget every cached block of every replica, as a restart would; how many were dropped."""
-        caches = [r.cache for r in self.fleet.replicas]
-        dropped = sum(len(c) for c in caches)
-        for c in caches:
-            c.clear()
+        """Forget every cached block of every replica, as a restart would: the block cache, and
+        with seat-prefix the prompts its seats (and their host tier) keep; how many were dropped."""
+        dropped = 0
+        for r in self.fleet.replicas:
+            dropped += len(r.cache) + (r.seats.clear() if r.seats is not None else 0)
+            r.cache.clear()
         return dropped
 
 

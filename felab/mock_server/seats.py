@@ -98,6 +98,18 @@ class Seats:
         if self.by_prefix:
             seat.keys = keys
 
+    def clear(self) -> int:
+        """Forget every seat's last prompt and the host tier's saved ones (`/admin/reset`: a cold
+        start without a restart); the blocks dropped. Requests running keep their seats."""
+        dropped = sum(len(s.keys) for s in self.seats)
+        for s in self.seats:
+            s.keys = ()
+        if self.host is not None:
+            dropped += self.host.held_blocks
+            self.host.saved.clear()
+            self.host.held_blocks = 0
+        return dropped
+
     def restore(self, seat: Seat, at: float, keys: Sequence[int], shared: int) -> int:
         """With a host cache: the leading blocks of `keys` the seat holds once its prompt is saved
         and the best saved prompt copied in (`shared`, what its own prompt shares, if none is
