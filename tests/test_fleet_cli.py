@@ -179,6 +179,10 @@ def test_lesson_06_through_the_kit_fleet_keeps_all_12_calls_where_the_opening_is
         assert requests == [0, 0, 0, 12], done.stdout
         calls = json.loads((isolated / "06-prefix.jsonl").read_text().splitlines()[-1])["calls"]
         assert [c["cached_tokens"] > 0 for c in calls] == [False] + [True] * 11
+        warm = run_script(PREFIX_BENCH, "--base-url", f"http://127.0.0.1:{base}/v1", "--quick").stdout
+        # one practice server: its reset works; its restart is the fleet's, not a lone server's
+        assert f"curl -X POST http://127.0.0.1:{base}/admin/reset" in warm and "mock_server" not in warm
+        assert f"fleet N=4 ROUTER=none POLICY=sglang-cache-aware PORT={base}`" in warm  # (a route it takes)
     finally:
         os.kill(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)

@@ -19,6 +19,7 @@ from felab.engine_families.family import (
 )
 from felab.mock_server.twin import Twin, reported
 from felab.paths import from_here
+from felab.results import fleet_at
 
 SERVER = ".venv/bin/python -m felab.mock_server"
 """The server run by the kit's Python, from the kit root (`make mock` runs it on its usual port)."""
@@ -74,8 +75,26 @@ def _twin(target: Target) -> Twin | None:
     return reported(data[0]) if isinstance(data, list) and data else None
 
 
+def forget_fleet_cache(target: Target) -> str | None:
+    """For the URL of a fleet started from this kit folder (`make fleet`), how to start it cold:
+    its router is no practice server (`/admin/reset` there is a 404) and a restart of one server
+    on its port is no fleet; so the fleet's own stop and start. None for any other address."""
+    state = fleet_at(target.base_url)
+    if state is None:
+        return None
+    start = state["start"] if isinstance(state.get("start"), str) else "make fleet"
+    again = f"`{from_here('make fleet-stop')}`, then `{from_here(start)}`"
+    if state.get("router") == "none":  # one practice server: its reset empties every replica
+        reset = f"curl -X POST {root_of(target)}/admin/reset"
+        return f"empty its cache with `{reset}` (or start the fleet again: {again})"
+    return f"start the fleet again, each worker's cache empty (it has one each, behind the router): {again}"
+
+
 def forget_twin_cache(target: Target) -> str:
-    """`forget_cache`, but a twin's restart keeps its profile (and the port this run used)."""
+    """`forget_cache`, but a twin's restart keeps its profile (and the port this run used); a
+    fleet's is the fleet's (`forget_fleet_cache`)."""
+    if (fleet := forget_fleet_cache(target)) is not None:
+        return fleet
     twin = _twin(target)
     if twin is None:
         return forget_cache(target)

@@ -104,12 +104,18 @@ def usage() -> str:
     return from_here("make fleet N=4 ROUTER=sglang")
 
 
-def again(p: Plan) -> str:
-    """The command that starts this fleet again, as it was planned."""
+def start_command(p: Plan) -> str:
+    """The command that starts this fleet, as it was planned, from the kit folder (`from_here`
+    writes it for the learner's; `results/fleet.json` keeps it for advice given elsewhere)."""
     words = [f"N={p.n}", f"ROUTER={p.router.name if p.router else 'none'}", f"POLICY={p.policy}"]
     words += [f"PORT={p.port}"] if p.port != DEFAULT_PORT else []
     words += [f"PROFILE={p.profile}"] if p.profile is not None else []
-    return from_here("make fleet " + " ".join(words))
+    return "make fleet " + " ".join(words)
+
+
+def again(p: Plan) -> str:
+    """The command that starts this fleet again, for the folder the learner is in."""
+    return from_here(start_command(p))
 
 
 def plan(n: int, router: str, policy: str | None, profile: str | None, port: int) -> Plan:
@@ -393,6 +399,7 @@ def run(p: Plan) -> int:
                 "owner": owner,
                 "url": fleet.url,
                 "router": p.router.name if p.router else "none",
+                "start": start_command(p),  # a cold start's advice (engine_families/practice.py)
                 "fleet": named(p),  # what a run through it records (results.py)
                 "twin": of_profile(p.profile).card() if p.profile else None,
             }
