@@ -48,8 +48,10 @@ setup: $(STAMP) | .env ## create .venv and install the kit, and .env from .env.e
 demo: $(STAMP) ## lesson 06 on the practice server: opening first and time first, one table
 	@$(PY) -m felab demo
 
+mock: export FELAB_MAKE_READS := PORT PROFILE
+mock: export FELAB_MAKE_UNREAD = $(call UNREAD,PORT PROFILE)
 mock: $(STAMP) ## the practice server in the foreground on port 8765, or make mock PORT=9000; PROFILE=f: a calibrated twin (Ctrl+C stops it)
-	@$(PY) -m felab.mock_server $(if $(PORT),--port "$(PORT)") $(if $(PROFILE),--profile "$(PROFILE)")
+	@$(if $(strip $(call UNREAD,PORT PROFILE)),$(PY) -m felab.make_vars &&) $(PY) -m felab.mock_server $(if $(PORT),--port "$(PORT)") $(if $(PROFILE),--profile "$(PROFILE)")
 
 check: $(STAMP) ## which servers are up, each target's URL and model, whether FIREWORKS_API_KEY is set
 	@$(PY) -m felab check
@@ -89,6 +91,8 @@ $(VENV)/.installed-routers: $(STAMP)
 	@$(PY) -m pip install --quiet -e '.[routers]' || { echo "error: could not install the routers extra (sglang-router, vllm-router) from PyPI; pip's reason is above. Without network here: on a machine with network run 'pip download sglang-router vllm-router -d wheels', copy wheels/ into the kit folder, then '$(PY) -m pip install wheels/*.whl' and 'touch $@'. Or 'make fleet ROUTER=none', the kit's own fleet, which needs nothing more." >&2; exit 1; }
 	@touch $@
 
+fleet: export FELAB_MAKE_READS := N ROUTER POLICY PORT PROFILE
+fleet: export FELAB_MAKE_UNREAD = $(call UNREAD,N ROUTER POLICY PORT PROFILE)
 fleet: $(if $(filter none,$(ROUTER)),$(STAMP),$(call EXTRA,routers)) ## practice servers behind a real router: make fleet N=4 ROUTER=sglang|vllm|none [POLICY=cache_aware PROFILE=f PORT=8780] (Ctrl+C stops all)
 	@$(PY) -m felab fleet -n "$(or $(N),4)" --router "$(or $(ROUTER),sglang)" $(if $(POLICY),--policy "$(POLICY)") $(if $(PORT),--port "$(PORT)") $(if $(PROFILE),--profile "$(PROFILE)")
 

@@ -13,6 +13,12 @@ that name in ARGS (`--replicas 8`) when the command has one, the variable it rea
 spelled nearly so (`PROFLE=` → `PROFILE=`), else where the flags are listed. The values come
 from the environment, where make puts every variable typed on its command line; they reach
 the suggestion quoted for a shell (shlex), never run.
+
+`make mock` and `make fleet` take no ARGS: a variable spelled nearly as one they read is
+named (`make mock PROFIL=...` had started the plain server, `PROT=8830` one on 8765), and a
+flag of the command they run is shown on that command. The practice server imports nothing of
+felab outside mock_server, so for `make mock` the Makefile runs this module first, and only
+when a variable it does not read was typed (`python -m felab.make_vars`).
 """
 
 from __future__ import annotations
@@ -27,8 +33,9 @@ READS = "FELAB_MAKE_READS"
 UNREAD = "FELAB_MAKE_UNREAD"
 
 
-def refuse_unread(ctx: click.Context) -> None:
-    """A UsageError naming each variable typed on make's command line that this target would drop."""
+def refuse_unread(ctx: click.Context, runs: str | None = None) -> None:
+    """A UsageError naming each variable typed on make's command line that this target would drop.
+    `runs`: for a target with no ARGS (mock, fleet), the command it runs, where its flags go."""
     names = os.environ.get(UNREAD, "").split()
     if not names:
         return
@@ -40,10 +47,13 @@ def refuse_unread(ctx: click.Context) -> None:
     for name in names:
         flag = "--" + name.lower().replace("_", "-")
         close = difflib.get_close_matches(name, reads, n=1, cutoff=0.7)
-        if flag in flags:
+        if flag in flags and "ARGS" in reads:
             args += [flag, os.environ.get(name, "VALUE")]
         elif close:
             meant.append(f"Did you mean {close[0]}= for {name}=?")
+        elif flag in flags and runs:
+            value = shlex.quote(os.environ.get(name, "VALUE"))
+            other.append(f"{flag} is a flag of the command it runs: `{runs} {flag} {value}`.")
         else:
             other.append(f"There is no flag {flag} either.")
     target = ctx.info_name
@@ -52,7 +62,10 @@ def refuse_unread(ctx: click.Context) -> None:
     words += meant + other
     if len(args) > len(given):
         words.append(f"Flags go in ARGS: make {target} ARGS={shlex.quote(shlex.join(args))}")
-    words.append(f"(make {target} ARGS=--help lists the flags.)")
+    if "ARGS" in reads:
+        words.append(f"(make {target} ARGS=--help lists the flags.)")
+    else:
+        words.append("(make help lists what each target reads.)")
     raise click.UsageError(" ".join(words))
 
 
@@ -62,3 +75,24 @@ def words_of(text: str) -> list[str]:
         return shlex.split(text)
     except ValueError:
         return [text] if text else []
+
+
+def refuse_for_mock() -> int:
+    """`make mock` with a variable it does not read (run by the Makefile only then: the practice
+    server imports nothing of felab outside mock_server, so the check is a step before it)."""
+    from felab.errors import EXIT_ERROR
+    from felab.mock_server.serve import main
+    from felab.paths import from_here
+
+    try:
+        refuse_unread(
+            click.Context(main, info_name="mock"), from_here(".venv/bin/python -m felab.mock_server")
+        )
+    except click.UsageError as exc:
+        click.echo(f"error: {exc.format_message()}", err=True)
+        return EXIT_ERROR
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(refuse_for_mock())

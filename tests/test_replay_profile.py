@@ -104,6 +104,28 @@ def test_make_replay_refuses_a_variable_it_would_not_read(isolated: Path) -> Non
     assert "ARGS='--n" not in typo.stderr
 
 
+@pytest.mark.parametrize(
+    ("typed", "says"),
+    [
+        (("mock", "PORT=1", "PROFIL=lesson-mac.toml"), "Did you mean PROFILE= for PROFIL=?"),
+        (("mock", "PROT=1"), "Did you mean PORT= for PROT=?"),
+        (
+            ("mock", "PORT=1", "SEATS=4"),
+            "a flag of the command it runs: `../../.venv/bin/python -m felab.mock_server --seats 4`",
+        ),
+        (("fleet", "ROUTR=none", "PORT=1"), "Did you mean ROUTER= for ROUTR=?"),
+    ],
+    ids=["mock PROFIL", "mock PROT", "mock SEATS", "fleet ROUTR"],
+)
+def test_make_mock_and_fleet_refuse_a_variable_they_would_not_read(typed: tuple[str, ...], says: str) -> None:
+    # `make mock PROFIL=...` started the plain server, and `make mock PROT=8830` one on 8765; the
+    # runs against them were recorded as such. (PORT=1: were it read, nothing could start there.)
+    out = run_make(LESSON06, *typed, timeout=30)
+    assert out.returncode == 2 or "Error 2" in out.stderr, out.stderr
+    assert says in out.stderr and "(make help lists what each target reads.)" in out.stderr, out.stderr
+    assert "listening" not in out.stdout and "Traceback" not in out.stderr
+
+
 def test_a_refused_variables_value_is_never_run(tmp_path: Path, isolated: Path) -> None:
     # The refusal once echoed the value inside shell quotes: a quote in it ran the rest.
     marker = tmp_path / "ran"

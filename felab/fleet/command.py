@@ -15,6 +15,8 @@ import json
 import click
 
 from felab.fleet import processes, stats, up
+from felab.make_vars import refuse_unread
+from felab.paths import from_here
 
 
 @click.group("fleet", invoke_without_command=True)
@@ -34,6 +36,9 @@ def fleet_command(
     """N practice servers, each its own process, behind a real router (Ctrl+C stops them all)."""
     if ctx.invoked_subcommand is not None:
         return
+    refuse_unread(
+        ctx, from_here(".venv/bin/python -m felab fleet")
+    )  # `make fleet ROUTR=none`: make would drop it
     ctx.exit(up.run(up.plan(n, router, policy, profile, port)))
 
 
