@@ -91,6 +91,8 @@ def with_scheme(url: str, source: str) -> str:
     if scheme(url) in ("http", "https"):
         return lower_scheme(url)
     bare = url.split("://", 1)[-1]
+    if "/" not in bare:  # a host and port alone: every engine here serves OpenAI's API at /v1
+        bare += "/v1"  # (else the fix would fail next on its path: one message, not two)
     local = LOOPBACK.match(f"http://{bare}")
     fixed = f"{'http' if local else 'https'}://{bare}"  # a remote server: encrypted
     how = f"`--base-url {fixed}`" if source == "--base-url" else f"`{source}={fixed}` in .env (or the shell)"

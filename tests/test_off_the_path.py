@@ -393,11 +393,18 @@ def test_a_refused_llamacpp_on_another_port_names_that_port() -> None:
 
 
 @pytest.mark.parametrize(
-    ("scheme", "said"), [("", "without http:// or https:// in front"), ("ftp://", "with ftp:// in front")]
+    ("scheme", "path", "said"),
+    [
+        ("", "/v1", "without http:// or https:// in front"),
+        ("ftp://", "/v1", "with ftp:// in front"),
+        ("", "", "without http:// or https:// in front"),  # the fix had no /v1: a second message
+    ],
 )
-def test_a_base_url_without_a_scheme_names_the_fixed_one(mock_url: str, scheme: str, said: str) -> None:
+def test_a_base_url_without_a_scheme_names_the_fixed_one(
+    mock_url: str, scheme: str, path: str, said: str
+) -> None:
     # No scheme, or one the OpenAI API is not served at: the message says which, and the fix runs.
-    bare = scheme + mock_url.removeprefix("http://")
+    bare = scheme + mock_url.removeprefix("http://").removesuffix("/v1") + path
     out = run_script(PREFIX_BENCH, "--base-url", bare, "--quick")
     told = " ".join(out.stderr.split())
     assert out.returncode == 2 and said in told, told
