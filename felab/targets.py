@@ -208,6 +208,17 @@ def fix_key_advice(env_name: str) -> str:
     )
 
 
+def start_env() -> str:
+    """How to start the kit's `.env` when it does not exist, from the learner's folder: a copy of
+    `.env.example` (in 03-labs/, `.env` is a link to the kit's, which cp will not write through
+    while the kit's does not exist: so the kit's own path); "" when it exists."""
+    if paths.ENV_FILE.exists():
+        return ""
+    here = paths.learner_folder()
+    example, env = (os.path.relpath(path, here) for path in (paths.KIT_ROOT / ".env.example", paths.ENV_FILE))
+    return f" (`cp {example} {env}` starts one)"
+
+
 def required_key(env_name: str) -> str:
     """An API key from the shell or `.env`; a FelabError saying where to put it if it is missing
     or holds characters a header cannot carry."""
@@ -215,8 +226,8 @@ def required_key(env_name: str) -> str:
     key = env_value(env_name)
     if not key:
         raise FelabError(
-            f"{env_name} is not set. Put a line `{env_name}=...` in {paths.ENV_FILE} "
-            f"(copy .env.example to start one) or export it in this terminal, then run again."
+            f"{env_name} is not set. Put a line `{env_name}=...` in {paths.ENV_FILE}{start_env()} or "
+            f"export it in this terminal, then run again."
         )
     if unsendable(key):
         raise FelabError(key_problem(env_name, key))

@@ -199,10 +199,21 @@ def test_fireworks_urls_come_from_one_root(monkeypatch) -> None:
     assert "fw-secret-123" not in repr(t)
 
 
-def test_fireworks_without_a_key_says_where_to_put_it() -> None:
+def test_fireworks_without_a_key_says_where_to_put_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     with pytest.raises(FelabError) as info:
         resolve(parse("--target", "fireworks"))
     assert "FIREWORKS_API_KEY is not set" in info.value.message and ".env" in info.value.message
+    # With no .env yet, from 03-labs/: `cp .env.example .env` there writes through its link to the
+    # kit's .env, which does not exist ("cp: not writing through dangling symlink '.env'").
+    labs = paths.KIT_ROOT / "03-labs"
+    monkeypatch.setattr(paths, "ENV_FILE", tmp_path / ".env")  # (none, as in a fresh clone)
+    monkeypatch.setenv("FELAB_CALLER_DIR", str(labs))
+    with pytest.raises(FelabError) as info:
+        resolve(parse("--target", "fireworks"))
+    start = f"`cp ../.env.example {os.path.relpath(tmp_path / '.env', labs)}` starts one"
+    assert start in info.value.message, info.value.message
 
 
 def test_a_server_that_is_down_names_the_command_that_starts_it() -> None:
