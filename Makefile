@@ -48,6 +48,7 @@ setup: $(STAMP) | .env ## create .venv and install the kit, and .env from .env.e
 demo: $(STAMP) ## lesson 06 on the practice server: opening first and time first, one table
 	@$(PY) -m felab demo
 
+mock: export FELAB_MAKE_TARGET = mock
 mock: export FELAB_MAKE_READS := PORT PROFILE
 mock: export FELAB_MAKE_UNREAD = $(call UNREAD,PORT PROFILE)
 mock: $(STAMP) ## the practice server in the foreground on port 8765, or make mock PORT=9000; PROFILE=f: a calibrated twin (Ctrl+C stops it)

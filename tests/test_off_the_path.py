@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import KIT, LESSON06, PREFIX_BENCH, run_felab, run_make, run_script
+from fleet_helpers import fleet, free_range, wait_up
 
 from felab import record
 from felab.course import numbers
@@ -179,6 +180,36 @@ def test_another_program_on_the_port_is_named_with_lsof() -> None:
     said = " ".join(out.stderr.split())
     assert out.returncode == 1 and "another program, not a practice server" in said
     assert f"lsof -nP -iTCP:{port} -sTCP:LISTEN" in backticked(said)
+    # The free port's command as the learner started it: through make, `--port` would be make's own
+    # option ("make: unrecognized option '--port'"); PORT= is the variable make mock reads.
+    python = next(c for c in backticked(said) if "-m felab.mock_server --port" in c)
+    assert "make" not in python
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", port))
+        other.listen()
+        typed = run_make(KIT, "mock", f"PORT={port}", timeout=30)
+    said = " ".join(typed.stderr.split())
+    assert "another program, not a practice server" in said, said
+    assert any(re.fullmatch(r"make mock PORT=\d+", c) for c in backticked(said)), said
+
+
+def test_a_fleet_workers_port_names_the_fleet_not_a_kill_that_stops_it(isolated: Path) -> None:
+    # `kill` of the worker the message named took the whole fleet down ("worker 2 (pid ...) exited
+    # ... the rest of the fleet is stopped").
+    base = free_range(4)
+    proc = fleet("-n", "2", "--router", "none", "--port", str(base))
+    try:
+        wait_up(proc)
+        second = subprocess.run(
+            [sys.executable, "-m", "felab.mock_server", "--port", str(base)],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    said = " ".join(second.stderr.split())
+    assert second.returncode == 1 and "server of a fleet started with `make fleet`" in said, said
+    assert "`make fleet-stop` stops the fleet" in said and "kill" not in said
 
 
 # ── 5. A key a header cannot carry is caught where it is read ────────────────

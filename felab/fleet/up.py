@@ -45,7 +45,7 @@ from felab.fleet.processes import (
 )
 from felab.fleet.routers import ROUTERS, Router
 from felab.mock_server import launch
-from felab.mock_server.config import MAX_REPLICAS, MODEL_ID, ROUTES
+from felab.mock_server.config import FLEET_ROLE_ENV, MAX_REPLICAS, MODEL_ID, ROUTES
 from felab.mock_server.twin import of_profile
 from felab.paths import from_here, learner_folder, results_dir
 from felab.tables import table
@@ -246,7 +246,10 @@ def start(
     process group's, which `stop_fleet` and `make fleet-stop` stop (processes.py)."""
     out = log.open("ab") if log is not None else subprocess.DEVNULL
     try:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        env = {**os.environ, FLEET_ROLE_ENV: role}  # a worker's /health names its role (serve.py)
+        proc = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
+        )
     finally:
         if log is not None:
             out.close()  # type: ignore[union-attr]  # the child has its own copy

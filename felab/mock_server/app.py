@@ -40,7 +40,7 @@ from starlette.routing import Route
 
 from felab.mock_server import metrics, room
 from felab.mock_server.booking import Booking, PracticeModel, Prompt
-from felab.mock_server.config import HEALTH_NAME, Settings
+from felab.mock_server.config import FLEET_ROLE_ENV, HEALTH_NAME, Settings
 from felab.mock_server.faults import ERRORS, RETRY_AFTER_S, Faults, StreamCut
 from felab.mock_server.intake import HANG_UP, Admission, HangUp, Intake, hang_up
 from felab.mock_server.replies import CHAT, COMPLETION, DONE, Reply, Shape, reply_text
@@ -422,7 +422,8 @@ def info_routes(settings: Settings, state: Callable[[], ServerState]) -> list[Ro
         # `server` and `pid` let a second `make mock` name this one and the command that stops it;
         # `twin`, whether it is the one asked for (serve.py)
         health = {"status": "ok", "server": HEALTH_NAME, "pid": os.getpid()}
-        return JSONResponse({**health, "twin": twin_of(request)})
+        fleet = {"fleet_role": role} if (role := os.environ.get(FLEET_ROLE_ENV)) else {}  # (`make fleet`)
+        return JSONResponse({**health, **fleet, "twin": twin_of(request)})
 
     async def models(request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [listed_card(settings, request)]})

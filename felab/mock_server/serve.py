@@ -54,27 +54,25 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def practice_server_pid(host: str, port: int) -> int | None:
-    """The process id of the practice server on host:port (its `GET /health` says), or None."""
+def health_at(host: str, port: int) -> dict[str, Any]:
+    """The practice server's GET /health on host:port, or {} if none answers there as one."""
     try:
         with urllib.request.urlopen(f"http://{host}:{port}/health", timeout=2.0) as reply:
             health = json.loads(reply.read())
     except (OSError, ValueError):
-        return None
-    if not isinstance(health, dict) or health.get("server") != HEALTH_NAME:
-        return None
-    pid = health.get("pid")
+        return {}
+    return health if isinstance(health, dict) and health.get("server") == HEALTH_NAME else {}
+
+
+def practice_server_pid(host: str, port: int) -> int | None:
+    """The process id of the practice server on host:port (its `GET /health` says), or None."""
+    pid = health_at(host, port).get("pid")
     return pid if isinstance(pid, int) else None
 
 
 def twin_at(host: str, port: int) -> Twin | None:
     """The twin the practice server on host:port serves (its `GET /health` says), or None."""
-    try:
-        with urllib.request.urlopen(f"http://{host}:{port}/health", timeout=2.0) as reply:
-            health = json.loads(reply.read())
-    except (OSError, ValueError):
-        return None
-    return reported(health.get("twin")) if isinstance(health, dict) else None
+    return reported(health_at(host, port).get("twin"))
 
 
 def port_in_use(host: str, port: int, twin: Twin | None = None) -> str:
@@ -82,26 +80,25 @@ def port_in_use(host: str, port: int, twin: Twin | None = None) -> str:
 
     A practice server there that is not the one asked for (the plain one while a twin was asked
     for, another twin, a twin while the plain one was asked for) is named as such, with the
-    command that serves the one asked for on a free port."""
-    pid = practice_server_pid(host, port)
-    holder = twin_at(host, port) if pid is not None else None
-    if pid is not None and (holder.path if holder else None) != (twin.path if twin else None):
-        import os
-        import sys
-
-        from felab.mock_server.launch import free_port
-
-        other = free_port()
-        flags = f"{twin.profile_flag()} " if twin else ""
-        python = os.path.relpath(sys.executable, learner_folder())  # the Python that runs this server
+    command that serves the one asked for on a free port. A worker of `make fleet` is named as
+    one: stopping it stops the whole fleet."""
+    health = health_at(host, port)
+    pid, role = health.get("pid"), health.get("fleet_role")
+    holder = reported(health.get("twin")) if health else None
+    if isinstance(role, str):
+        return (
+            f"port {port} on {host} is in use: {role} of a fleet started with `make fleet` listens there "
+            f"(process {pid}), and stopping it stops the whole fleet. `make fleet-stop` stops the fleet; "
+            f"or serve this one on a free port: {elsewhere(host, twin)}."
+        )
+    if health and (holder.path if holder else None) != (twin.path if twin else None):
         return (
             f"port {port} on {host} is in use: a practice server already runs there (process {pid}), "
             f"but it is {named(holder)}, not {named(twin)} you asked for. Stop it first (Ctrl+C in its "
             f"terminal, or `kill {pid}`), then start this one again; or serve this one on a free port: "
-            f"`{python} -m felab.mock_server {flags}--port {other}`, and pass "
-            f"`--base-url http://{host}:{other}/v1` to the lesson scripts."
+            f"{elsewhere(host, twin)}."
         )
-    if pid is not None:
+    if health:
         return (
             f"port {port} on {host} is in use: a practice server already runs there (process {pid}). "
             f"Use that one as it is, or stop it first (Ctrl+C in its terminal, or `kill {pid}`), "
@@ -110,9 +107,29 @@ def port_in_use(host: str, port: int, twin: Twin | None = None) -> str:
     return (
         f"port {port} on {host} is in use by another program, not a practice server: "
         f"`lsof -nP -iTCP:{port} -sTCP:LISTEN` names it (the PID column). Stop it, or start the "
-        f"practice server on another port with --port and pass the same address to the lesson "
-        f"scripts with --base-url."
+        f"practice server on a free port: {elsewhere(host, twin)}."
     )
+
+
+def elsewhere(host: str, twin: Twin | None) -> str:
+    """The command that serves the server asked for on a free port, as the learner started it:
+    `make mock PORT=N` when `make mock` started this one (the Makefile says so in
+    FELAB_MAKE_TARGET; every folder of the kit forwards `make mock`), else this Python's command;
+    and the address to give the scripts."""
+    import os
+    import sys
+
+    from felab.mock_server.launch import free_port
+
+    other = free_port()
+    if os.environ.get("FELAB_MAKE_TARGET") == "mock":
+        profile = f"PROFILE={twin.path_here()} " if twin else ""
+        command = f"make mock {profile}PORT={other}"
+    else:
+        flags = f"{twin.profile_flag()} " if twin else ""
+        python = os.path.relpath(sys.executable, learner_folder())  # the Python that runs this server
+        command = f"{python} -m felab.mock_server {flags}--port {other}"
+    return f"`{command}`, and pass `--base-url http://{host}:{other}/v1` to the lesson scripts"
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
