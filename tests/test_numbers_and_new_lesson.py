@@ -98,6 +98,14 @@ def test_numbers_with_nothing_recorded_says_what_to_run() -> None:
     assert out.returncode == 0 and "nothing recorded yet" in out.stdout and "make demo" in out.stdout
 
 
+def test_a_tools_rows_name_the_command_that_records_them(isolated: Path) -> None:
+    # `felab calibrate-check` was named, a command that does not exist ("No such command").
+    record("calibrate-check", {"target": "mock", "model": "felab-practice", "rows": []})
+    out = run_felab("numbers")
+    said = " ".join(out.stdout.split())
+    assert "1 row recorded by `felab calibrate --check`" in said and "felab calibrate-check" not in said, said
+
+
 def kit_copy(tmp_path: Path) -> Path:
     """A copy of the kit (code, lessons, Makefile), so a test may add a lesson to it."""
     root = tmp_path / "kit"

@@ -285,6 +285,10 @@ LESSON_KEY = re.compile(r"^\d{2}-")
 """A lesson's records (`06-prefix`); other keys (`replay`) are tools' records, told in one line."""
 
 
+RECORDED_BY = {"calibrate-check": "calibrate --check"}
+"""The command that records a key whose name is not its command's (`felab calibrate-check` is none)."""
+
+
 def not_lesson_lines(found: dict[str, list[dict[str, Any]]]) -> list[str]:
     """One line for each recorded key that is no lesson's and for each trace: what it is, and
     the command that shows it (these rows have their own, wide, tables)."""
@@ -294,8 +298,8 @@ def not_lesson_lines(found: dict[str, list[dict[str, Any]]]) -> list[str]:
         runs = sum(1 for _ in iter_records(key))  # a row at a time: any file size
         lines.append(
             f"{os.path.relpath(results_dir() / f'{key}.jsonl', here)}: {runs} row{'s' if runs != 1 else ''} "
-            f"recorded by `felab {key}`, not a lesson's numbers (`python -m felab numbers --csv` lists them "
-            f"with every column)"
+            f"recorded by `felab {RECORDED_BY.get(key, key)}`, not a lesson's numbers (`python -m felab "
+            f"numbers --csv` lists them with every column)"
         )
     for path in traces():
         lines.append(
