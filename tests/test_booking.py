@@ -6,6 +6,8 @@ Every expected time below is worked out by hand from the lesson's defaults
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from felab.mock_server.booking import PracticeModel, Prompt
@@ -345,3 +347,28 @@ def test_with_seats_the_streams_counted_are_those_on_a_seat(batch_tokens: int | 
         if rng.random() < 0.1:
             model.cancel(b, now + 0.01)
     assert checked > 100  # the counts compared were of several streams, not only of one
+
+
+def test_streams_decoding_counted_from_the_latest_agree_with_counting_every_live_request() -> None:
+    # On the lesson's engine streams() looks at the latest bookings only (a replay's overloaded
+    # replica holds thousands: 74 s for the Mooncake hour); it must count what a look at all finds,
+    # with queues, long and short replies, and hang-ups.
+    rng = random.Random(5)
+    model = PracticeModel(Settings(decode_slowdown=0.5, decode_tps=50.0))  # replies of up to 40 s
+    replica, now = model.fleet.replicas[0], 0.0
+    for i in range(300):
+        now += rng.expovariate(4.0)
+        b = model.book(
+            prompt([i * 1000 + k for k in range(rng.randint(1, 30))]), rng.randint(1, 400), now, now
+        )
+        if rng.random() < 0.1:
+            model.cancel(b, now + rng.uniform(0.0, 2.0))
+        for at in (
+            now,
+            b.first_token_at,
+            b.first_token_at - rng.uniform(0, 40),
+            b.first_token_at + rng.uniform(0, 40),
+        ):
+            every = 1 + sum(x.first_token_at <= at < x.reply_end for x in model.live.values())
+            assert model.streams(replica, at) == every, (i, at)
+    assert max(model.streams(replica, t / 10) for t in range(int(now * 10))) > 3  # (streams overlap)
