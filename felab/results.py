@@ -56,7 +56,9 @@ and its watching process still the one that wrote it (a fleet killed without its
 leaves a file that names no fleet). `busy()` is how
 calibrate says it is sending: a small file under `results/.busy/` while it runs, named by its
 process id, so a calibration that was killed leaves a file no live process owns, and it is
-passed over.
+passed over. A lesson script marks its run there too (`mark_lesson_run`), and its mark stays
+after it with the time it ended: two lesson runs on one server whose times overlapped both say
+so, whichever ended first (`overlapped`).
 
 A row is flushed to disk (fsync) before `record()` returns, so an interrupted run keeps
 every row it recorded. No key is ever written: every string in the row goes through
@@ -75,13 +77,16 @@ it is a JSON object whose fields the kit groups by are strings: `target` (always
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime as dt
 import fcntl
 import json
+import math
 import os
 import re
 import sys
+import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,7 +95,7 @@ from typing import Any, BinaryIO
 from felab import this_run
 from felab.errors import FelabError
 from felab.fleet.processes import is_ours, read_state, recorded
-from felab.paths import results_dir
+from felab.paths import KIT_ROOT, results_dir
 from felab.redact import redact_all
 
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -137,6 +142,62 @@ def busy(what: str, base_url: str) -> Iterator[None]:
         path.unlink(missing_ok=True)
 
 
+RUN_MARK: dict[str, Any] = {}
+"""This process's lesson-run mark (`mark_lesson_run`), once made: its file and when it began."""
+MARK_KEPT_S = 86_400.0
+"""How long an ended run's mark is kept (a run that began before it ended must still see it)."""
+
+
+def mark_lesson_run(base_url: str) -> None:
+    """A lesson script sends to `base_url` from now until it exits: its mark under
+    `results/.busy/` says so, and stays after it with the time it ended. So two lesson runs on one
+    server at once both say so (`during`), whichever ended first: each timed the other's requests
+    too (`--order variable-first` started half a second after the opening-first run read speedup
+    1.0, and both were offered as clean cold runs). Only a script of lessons/ marks (`make check`
+    asks a server what it serves, and times nothing); a killed run's mark names no live process
+    and no end, and is passed over."""
+    script = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
+    if RUN_MARK or script is None or not script.is_relative_to(KIT_ROOT / "lessons"):
+        return
+    path, began = busy_dir() / f"run-{os.getpid()}.json", time.time()
+    mark = {
+        "what": f"another lesson run ({script.name})",
+        "base_url": base_url,
+        "pid": os.getpid(),
+        "from": began,
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for old in path.parent.glob("run-*.json"):  # ended long ago: no run still going began before
+            with contextlib.suppress(OSError, ValueError):
+                if json.loads(old.read_text(encoding="utf-8")).get("to", began) < began - MARK_KEPT_S:
+                    old.unlink()
+        path.write_text(json.dumps(mark), encoding="utf-8")
+    except OSError:
+        return
+    RUN_MARK.update(path=path, began=began)
+    atexit.register(lambda: path.write_text(json.dumps({**mark, "to": time.time()}), encoding="utf-8"))
+
+
+def overlapped(base_url: str) -> str | None:
+    """Another lesson run on the server at `base_url` that this one's time overlapped: one going
+    now, or one that ended after this one began (its mark: `mark_lesson_run`), or None."""
+    began: float = RUN_MARK.get("began", math.inf)
+    folder = busy_dir()
+    for path in sorted(folder.glob("run-*.json")) if began < math.inf and folder.is_dir() else []:
+        try:
+            mark = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(mark, dict) or mark.get("pid") == os.getpid() or mark.get("base_url") != base_url:
+            continue
+        pid, ended = mark.get("pid"), mark.get("to")
+        going = ended is None and isinstance(pid, int) and alive(pid)
+        if (going or (isinstance(ended, float) and ended > began)) and isinstance(mark.get("what"), str):
+            return mark["what"]
+    return None
+
+
 def busy_with(base_url: str) -> str | None:
     """What another live process is sending to the server at `base_url` now (`busy`), or None."""
     folder = busy_dir()
@@ -171,7 +232,8 @@ def note_served(target: str, base_url: str, asked: str, models: list[dict[str, A
     this run records for it: the model it reports, and the twin's profile if it is one; whether
     a calibration is sending to it as the run starts (`busy_with`); and the fleet it is, if its
     address is a running fleet's (`fleet_fields`)."""
-    during = busy_with(base_url)
+    mark_lesson_run(base_url)
+    during = busy_with(base_url) or overlapped(base_url)
     if models is None:
         said = {"during": during} if during else {}
         SERVED[target] = (asked, base_url, {**said, **fleet_fields(base_url, said)})
@@ -252,7 +314,7 @@ def served_fields(row: dict[str, Any]) -> dict[str, Any]:
     asked, base_url, fields = SERVED[row["target"]]
     if row.get("model") != asked:
         return {}
-    during = fields.get("during") or busy_with(base_url)
+    during = fields.get("during") or busy_with(base_url) or overlapped(base_url)
     return {**fields, **({"during": during} if during else {})}
 
 

@@ -14,6 +14,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -411,3 +412,29 @@ def test_a_field_whose_only_run_was_left_out_says_why(isolated: Path) -> None:
     assert said in " ".join(forms.numbers_form("06-prefix-caching", fields).split())
     out = run_felab("numbers")
     assert out.returncode == 0 and said in " ".join(out.stdout.split()), out.stdout
+
+
+def test_two_lesson_runs_on_one_server_at_once_are_each_recorded_so(isolated: Path) -> None:
+    # Started half a second apart in two terminals, each timed the other's requests too (the
+    # opening-first run read speedup 1.0), and both were offered as clean cold runs. Here the long
+    # one (time first: 12 cold calls) runs around the short one, which ends first.
+    with practice_server() as url:
+        argv = [sys.executable, str(PREFIX_BENCH), "--target", "mock", "--base-url", url]
+        long = subprocess.Popen(
+            [*argv, "--order", "variable-first"],
+            cwd=PREFIX_BENCH.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 30  # until the long one has marked its run
+            while not list((isolated / ".busy").glob("run-*.json")) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            short = run_script(PREFIX_BENCH, "--target", "mock", "--base-url", url, "--quick")
+        finally:
+            _, err = long.communicate(timeout=120)
+        alone = run_script(PREFIX_BENCH, "--target", "mock", "--base-url", url)
+    assert long.returncode == 0 and short.returncode == 0 and alone.returncode == 0, err + short.stderr
+    rows = read_records("06-prefix")
+    by = {(r["order"], r.get("quick")): r for r in rows}
+    assert by["stable-first", True]["during"] == "another lesson run (prefix_bench.py)"  # the long one, going
+    assert by["variable-first", False]["during"] == "another lesson run (prefix_bench.py)"  # the short, ended
+    assert "during" not in by["stable-first", False]  # after both: nothing overlapped it
