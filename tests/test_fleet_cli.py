@@ -105,7 +105,7 @@ def test_a_missing_router_binary_is_one_message_naming_the_install(tmp_path: Pat
     assert "install vllm-router" in text and "ROUTER=none" in text
 
 
-@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGHUP", "fleet stop"])
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGHUP", "fleet stop", "SIGTERM twice"])
 def test_the_fleet_stops_every_process_it_started(how: str, isolated: Path) -> None:
     base = free_range(3)
     proc = fleet("-n", "3", "--router", "none", "--port", str(base))
@@ -119,9 +119,13 @@ def test_the_fleet_stops_every_process_it_started(how: str, isolated: Path) -> N
         if how == "fleet stop":
             done = run_fleet("stop")
             assert done.returncode == 0 and "fleet stopped" in done.stdout, done.stdout + done.stderr
+        elif how == "SIGTERM twice":  # (a `timeout`, or kill typed again): the second while it stops
+            os.kill(proc.pid, signal.SIGTERM)
+            assert proc.stdout is not None and "stopping the fleet" in proc.stdout.readline()
+            os.kill(proc.pid, signal.SIGTERM)
         else:
             os.kill(proc.pid, getattr(signal, how))
-        assert proc.wait(timeout=30) == 0
+        assert proc.wait(timeout=30) == 0, proc.stdout.read() if proc.stdout else ""
         assert all_gone(listed) == []
         assert not (isolated / "fleet.json").exists()
     finally:

@@ -365,6 +365,7 @@ def stopped_by_signals() -> Iterator[None]:
     """SIGTERM and SIGHUP raise `Stop` here (Ctrl+C raises KeyboardInterrupt); restored after."""
 
     def handler(signum: int, _: FrameType | None) -> None:
+        ignore_stops()  # asked again while it stops (a `timeout`, a kill typed twice): the same stop
         raise Stop(signal.Signals(signum).name)
 
     kept = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
@@ -373,6 +374,14 @@ def stopped_by_signals() -> Iterator[None]:
     finally:
         for sig, old in kept.items():
             signal.signal(sig, old)
+
+
+def ignore_stops() -> None:
+    """SIGTERM and SIGHUP do nothing from now on (`stopped_by_signals` puts its handlers back): the
+    fleet is stopping already, and a second request in the middle of it had ended in a traceback,
+    with `results/fleet.json` left behind."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def one_fleet() -> None:
@@ -420,6 +429,7 @@ def run(p: Plan) -> int:
             print("stopping the fleet ...", flush=True)
             return 0
         finally:
+            ignore_stops()  # (after Ctrl+C, or a process that exited: a SIGTERM now is the same stop)
             stop_fleet(fleet)
             clear_state(owner)
             print(
