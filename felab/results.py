@@ -142,8 +142,8 @@ def busy(what: str, base_url: str) -> Iterator[None]:
         path.unlink(missing_ok=True)
 
 
-RUN_MARK: dict[str, Any] = {}
-"""This process's lesson-run mark (`mark_lesson_run`), once made: its file and when it began."""
+RUN_MARK: dict[str, float] = {}
+"""When this process's lesson run began (`mark_lesson_run`), once its mark is made."""
 MARK_KEPT_S = 86_400.0
 """How long an ended run's mark is kept (a run that began before it ended must still see it)."""
 
@@ -168,28 +168,43 @@ def mark_lesson_run(base_url: str) -> None:
     }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        for old in path.parent.glob("run-*.json"):  # ended long ago: no run still going began before
-            with contextlib.suppress(OSError, ValueError):
-                if json.loads(old.read_text(encoding="utf-8")).get("to", began) < began - MARK_KEPT_S:
+        for old, seen in marks("run-*.json"):  # ended long ago: no run still going began before
+            if isinstance(ended := seen.get("to"), float) and ended < began - MARK_KEPT_S:
+                with contextlib.suppress(OSError):  # (one that cannot go stays: the run still marks)
                     old.unlink()
         path.write_text(json.dumps(mark), encoding="utf-8")
     except OSError:
         return
-    RUN_MARK.update(path=path, began=began)
-    atexit.register(lambda: path.write_text(json.dumps({**mark, "to": time.time()}), encoding="utf-8"))
+    RUN_MARK["began"] = began
+    atexit.register(end_mark, path, mark)
+
+
+def end_mark(path: Path, mark: dict[str, Any]) -> None:
+    """At exit: the run's mark keeps the time it ended (a folder gone or full by then: left as it is,
+    a mark whose process no longer runs, passed over)."""
+    with contextlib.suppress(OSError):
+        path.write_text(json.dumps({**mark, "to": time.time()}), encoding="utf-8")
+
+
+def marks(pattern: str) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """The marks under `results/.busy/` whose file names match `pattern`, each read (one that
+    cannot be read, or is not a JSON object, is passed over)."""
+    folder = busy_dir()
+    for path in sorted(folder.glob(pattern)) if folder.is_dir() else []:
+        try:
+            mark = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(mark, dict):
+            yield path, mark
 
 
 def overlapped(base_url: str) -> str | None:
     """Another lesson run on the server at `base_url` that this one's time overlapped: one going
     now, or one that ended after this one began (its mark: `mark_lesson_run`), or None."""
     began: float = RUN_MARK.get("began", math.inf)
-    folder = busy_dir()
-    for path in sorted(folder.glob("run-*.json")) if began < math.inf and folder.is_dir() else []:
-        try:
-            mark = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if not isinstance(mark, dict) or mark.get("pid") == os.getpid() or mark.get("base_url") != base_url:
+    for _, mark in marks("run-*.json") if began < math.inf else ():
+        if mark.get("pid") == os.getpid() or mark.get("base_url") != base_url:
             continue
         pid, ended = mark.get("pid"), mark.get("to")
         going = ended is None and isinstance(pid, int) and alive(pid)
@@ -200,16 +215,11 @@ def overlapped(base_url: str) -> str | None:
 
 def busy_with(base_url: str) -> str | None:
     """What another live process is sending to the server at `base_url` now (`busy`), or None."""
-    folder = busy_dir()
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+    for path, mark in marks("[0-9]*.json"):  # (calibrate's, named by its process id)
         pid = int(path.stem) if path.stem.isdigit() else 0
         if pid == os.getpid() or not alive(pid):
             continue
-        try:
-            mark = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(mark, dict) and mark.get("base_url") == base_url and isinstance(mark.get("what"), str):
+        if mark.get("base_url") == base_url and isinstance(mark.get("what"), str):
             return mark["what"]
     return None
 

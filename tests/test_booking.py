@@ -354,7 +354,7 @@ def test_streams_decoding_counted_from_the_latest_agree_with_counting_every_live
     # replica holds thousands: 74 s for the Mooncake hour); it must count what a look at all finds,
     # with queues, long and short replies, and hang-ups.
     rng = random.Random(5)
-    model = PracticeModel(Settings(decode_slowdown=0.5, decode_tps=50.0))  # replies of up to 40 s
+    model = PracticeModel(Settings(decode_slowdown=0.5, decode_tps=50.0))  # replies of up to 8 s
     replica, now = model.fleet.replicas[0], 0.0
     for i in range(300):
         now += rng.expovariate(4.0)

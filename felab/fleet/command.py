@@ -36,9 +36,8 @@ def fleet_command(
     """N practice servers, each its own process, behind a real router (Ctrl+C stops them all)."""
     if ctx.invoked_subcommand is not None:
         return
-    refuse_unread(
-        ctx, from_here(".venv/bin/python -m felab fleet")
-    )  # `make fleet ROUTR=none`: make would drop it
+    # `make fleet ROUTR=none`: a variable make would drop, refused
+    refuse_unread(ctx, from_here(".venv/bin/python -m felab fleet"))
     ctx.exit(up.run(up.plan(n, router, policy, profile, port)))
 
 

@@ -30,10 +30,10 @@ from felab.mock_server.timing import TimingModel
 DEFAULT_PORT = 8765
 MODEL_ID = "felab-practice"
 HEALTH_NAME = "felab practice server"
+"""What `GET /health` calls this server, so a second one can tell it from another program."""
 FLEET_ROLE_ENV = "FELAB_FLEET_ROLE"
 """Set by `make fleet` for each process it starts ("worker 2"): a worker's GET /health says so,
 so that a second server on its port is told it is part of a fleet, not a lone one to kill."""
-"""What `GET /health` calls this server, so a second one can tell it from another program."""
 MAX_REPLICAS = 256
 """The most replicas one practice server (or one replayed fleet) models."""
 UNLIMITED = sys.maxsize

@@ -106,6 +106,12 @@ class HostCache:
             self.held_blocks -= len(taken)
         return best_shared
 
+    def clear(self) -> int:
+        """Drop every saved prompt (`/admin/reset`); how many blocks they held."""
+        dropped, self.held_blocks = self.held_blocks, 0
+        self.saved.clear()
+        return dropped
+
     def forget(self, keys: Sequence[int], kept: int) -> None:
         """A prompt saved while its request ran was hung up on: keep only its first `kept` blocks
         (those computed), as the seat it left does."""

@@ -104,11 +104,7 @@ class Seats:
         dropped = sum(len(s.keys) for s in self.seats)
         for s in self.seats:
             s.keys = ()
-        if self.host is not None:
-            dropped += self.host.held_blocks
-            self.host.saved.clear()
-            self.host.held_blocks = 0
-        return dropped
+        return dropped + (self.host.clear() if self.host is not None else 0)
 
     def restore(self, seat: Seat, at: float, keys: Sequence[int], shared: int) -> int:
         """With a host cache: the leading blocks of `keys` the seat holds once its prompt is saved

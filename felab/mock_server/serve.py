@@ -70,11 +70,6 @@ def practice_server_pid(host: str, port: int) -> int | None:
     return pid if isinstance(pid, int) else None
 
 
-def twin_at(host: str, port: int) -> Twin | None:
-    """The twin the practice server on host:port serves (its `GET /health` says), or None."""
-    return reported(health_at(host, port).get("twin"))
-
-
 def port_in_use(host: str, port: int, twin: Twin | None = None) -> str:
     """What holds host:port, and the command that stops only that (never a kill by name).
 
